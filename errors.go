@@ -1,0 +1,115 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrNotObtained means an acquire did not get the lock: it is held
+	// elsewhere, too few masters answered, or the validity ran out before a
+	// quorum agreed.
+	ErrNotObtained = errors.New("redlock: lock not obtained")
+
+	// ErrNotHeld means an extend or release found that the lock is no longer
+	// held with this value by a quorum of masters: it expired, was released,
+	// or too few masters answered to tell.
+	ErrNotHeld = errors.New("redlock: lock not held")
+
+	// ErrInvalidArgument marks an option, key or TTL that cannot work; the
+	// wrapping message names the value and why.
+	ErrInvalidArgument = errors.New("redlock: invalid argument")
+
+	// ErrClosed is returned by operations started after Client.Close.
+	ErrClosed = errors.New("redlock: client closed")
+
+	// ErrNoReply is a master's error in a QuorumError when the round was
+	// decided before that master answered.
+	ErrNoReply = errors.New("no reply before the quorum was decided")
+
+	// ErrNodeTimeout is a master's error in a QuorumError when it did not
+	// answer within Options.NodeTimeout.
+	ErrNodeTimeout = errors.New("no reply within the node timeout")
+)
+
+// MasterResult is one master's part in a quorum round.
+type MasterResult struct {
+	Master string // the master's address, or "master<i>" when unknown
+	Agreed bool   // the master applied the operation
+	// Err says why the master did not agree: nil when it answered and
+	// refused (the key was held with another value, or not with ours).
+	Err error
+}
+
+// QuorumError is returned when a round did not reach its quorum, or reached
+// it too late. errors.Is matches it against ErrNotObtained (acquire) or
+// ErrNotHeld (extend, release), and against the caller's context error when
+// the context ended during the round.
+type QuorumError struct {
+	Op      string         // "acquire", "extend" or "release"
+	Key     string         // the lock key, without prefix
+	Quorum  int            // how many masters had to agree
+	Agreed  int            // how many agreed before the round was decided
+	Expired bool           // a quorum agreed, but no validity was left
+	Elapsed time.Duration  // from the first request to the decision
+	Masters []MasterResult // one per master, in the order given to New
+
+	sentinel error // ErrNotObtained or ErrNotHeld
+	ctxErr   error // the caller's context error, if it ended
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: %s %q: ", e.sentinel, e.Op, e.Key)
+	if e.Expired {
+		fmt.Fprintf(&b, "%d of %d masters agreed, but the validity ran out after %v", e.Agreed, len(e.Masters), e.Elapsed)
+	} else {
+		fmt.Fprintf(&b, "%d of %d masters agreed, %d needed", e.Agreed, len(e.Masters), e.Quorum)
+	}
+	if e.ctxErr != nil {
+		fmt.Fprintf(&b, ": %v", e.ctxErr)
+	}
+	sep := " ("
+	for _, m := range e.Masters {
+		if m.Agreed {
+			continue
+		}
+		reason := "refused"
+		if m.Err != nil {
+			reason = m.Err.Error()
+		}
+		fmt.Fprintf(&b, "%s%s: %s", sep, m.Master, reason)
+		sep = "; "
+	}
+	if sep != " (" {
+		b.WriteByte(')')
+	}
+	return b.String()
+}
+
+// Unwrap exposes the sentinel and, if the caller's context ended, its error.
+// Per-master errors stay in Masters: a timeout on one master says nothing
+// about the caller's context.
+func (e *QuorumError) Unwrap() []error {
+	if e.ctxErr != nil {
+		return []error{e.sentinel, e.ctxErr}
+	}
+	return []error{e.sentinel}
+}
+
+// Failed returns the masters that did not agree.
+func (e *QuorumError) Failed() []MasterResult {
+	var out []MasterResult
+	for _, m := range e.Masters {
+		if !m.Agreed {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}

@@ -1,0 +1,289 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newFakeClient(t *testing.T, fs []*fakeMaster, opts *Options) *Client {
+	t.Helper()
+	c, err := New(fs, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+func TestAcquireExtendReleaseAllAgree(t *testing.T) {
+	fs := fakes(5)
+	c := newFakeClient(t, fs, nil)
+	before := time.Now()
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "k", l.Key())
+	assert.Len(t, l.Value(), 26, "128 random bits as base32 text")
+	// Until = start + ttl - drift, with start between before and now.
+	drift := Drift(time.Second, DefaultDriftFactor)
+	assert.False(t, l.Until().Before(before.Add(time.Second-drift)))
+	assert.False(t, l.Until().After(time.Now().Add(time.Second-drift)))
+
+	require.NoError(t, c.Close()) // wait for background calls
+	c = newFakeClient(t, fs, nil)
+	l.client = c
+	for _, f := range fs {
+		v, ok := f.get("k")
+		assert.True(t, ok)
+		assert.Equal(t, l.Value(), v)
+	}
+	require.NoError(t, l.Extend(context.Background(), 2*time.Second))
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, c.Close())
+	for _, f := range fs {
+		_, ok := f.get("k")
+		assert.False(t, ok, "released everywhere")
+	}
+	assert.False(t, l.Held())
+}
+
+func TestAcquireDecidesWithoutWaitingForSlowMasters(t *testing.T) {
+	fs := fakes(5)
+	fs[3].block(false) // ignores contexts, like a client without ContextTimeoutEnabled
+	fs[4].block(false)
+	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Hour})
+	l, err := c.Acquire(context.Background(), "k", 2*time.Hour)
+	require.NoError(t, err, "three fast masters are a quorum")
+	assert.Empty(t, fs[3].callNames(), "decided while the slow masters had not answered")
+	fs[3].unblock()
+	fs[4].unblock()
+	require.NoError(t, c.Close())
+	v, _ := fs[4].get("k")
+	assert.Equal(t, l.Value(), v, "a late yes after success stays part of the lock")
+}
+
+func TestFailedAcquireUndoesLateYes(t *testing.T) {
+	fs := fakes(5)
+	for _, f := range fs[:3] {
+		f.set("k", "someone-else")
+	}
+	fs[3].block(false)
+	fs[4].block(false)
+	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Hour})
+	_, err := c.Acquire(context.Background(), "k", 2*time.Hour)
+	require.ErrorIs(t, err, ErrNotObtained)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 0, qe.Agreed)
+	assert.ErrorIs(t, qe.Masters[3].Err, ErrNoReply, "decided as soon as three refused")
+	fs[3].unblock()
+	fs[4].unblock()
+	require.NoError(t, c.Close())
+	for _, f := range fs[3:] {
+		_, held := f.get("k")
+		assert.False(t, held, "the late yes was released")
+		assert.Equal(t, []string{"acquire", "release"}, f.callNames())
+	}
+}
+
+func TestFailedAcquireReleasesItsPartialLocks(t *testing.T) {
+	fs := fakes(5)
+	for _, f := range fs[2:] {
+		f.set("k", "someone-else")
+	}
+	c := newFakeClient(t, fs, nil)
+	_, err := c.Acquire(context.Background(), "k", time.Second)
+	require.ErrorIs(t, err, ErrNotObtained)
+	// No Close here: Acquire itself waits for the release where it saw a yes.
+	for _, f := range fs[:2] {
+		_, held := f.get("k")
+		assert.False(t, held, "partial lock released before Acquire returned")
+	}
+	assert.Contains(t, err.Error(), "2 of 5 masters agreed, 3 needed (master2: refused; master3: refused; master4: refused)")
+}
+
+func TestNodeTimeoutBoundsTheDecision(t *testing.T) {
+	fs := fakes(5)
+	for _, f := range fs[:3] {
+		f.block(false) // never answers within the test
+	}
+	c := newFakeClient(t, fs, &Options{NodeTimeout: 20 * time.Millisecond})
+	_, err := c.Acquire(context.Background(), "k", time.Second)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller's context did not end")
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 2, qe.Agreed)
+	failed := qe.Failed()
+	require.Len(t, failed, 3)
+	for i, m := range failed {
+		assert.Equal(t, c.nodes[i].name, m.Master)
+		assert.ErrorIs(t, m.Err, ErrNodeTimeout)
+	}
+	for _, f := range fs[3:] {
+		_, held := f.get("k")
+		assert.False(t, held)
+	}
+	for _, f := range fs[:3] {
+		f.unblock()
+	}
+}
+
+func TestCancelledAcquireCleansUpWithFreshContext(t *testing.T) {
+	fs := fakes(5)
+	for _, f := range fs[2:] {
+		f.block(true)
+	}
+	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for len(fs[1].callNames()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err := c.Acquire(ctx, "k", 2*time.Hour)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.ErrorIs(t, err, context.Canceled)
+	for _, f := range fs[:2] {
+		_, held := f.get("k")
+		assert.False(t, held, "released although the caller's context was cancelled")
+	}
+	for _, f := range fs[2:] {
+		f.unblock()
+	}
+}
+
+func TestExpiredValidityIsNotObtained(t *testing.T) {
+	fs := fakes(3)
+	for _, f := range fs {
+		f.block(false)
+	}
+	// drift = 1.96s+2ms of a 2s TTL: any round slower than 38ms has no validity left.
+	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Second, DriftFactor: 0.98})
+	go func() {
+		time.Sleep(60 * time.Millisecond)
+		for _, f := range fs {
+			f.unblock()
+		}
+	}()
+	_, err := c.Acquire(context.Background(), "k", 2*time.Second)
+	require.ErrorIs(t, err, ErrNotObtained)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.True(t, qe.Expired)
+	assert.GreaterOrEqual(t, qe.Agreed, 2)
+	require.NoError(t, c.Close())
+	for _, f := range fs {
+		_, held := f.get("k")
+		assert.False(t, held, "a lock without validity is released")
+	}
+}
+
+func TestRecoversFromNoScript(t *testing.T) {
+	fs := fakes(3)
+	fs[0].cached = false // as after a restart
+	c := newFakeClient(t, fs, nil)
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, c.Close())
+	assert.Equal(t, []string{"EVAL", "acquire", "release"}, fs[0].callNames(), "one EVAL, then EVALSHA")
+	assert.Equal(t, []string{"acquire", "release"}, fs[1].callNames())
+}
+
+func TestLoadScripts(t *testing.T) {
+	fs := fakes(2)
+	fs[0].cached, fs[1].cached = false, false
+	c := newFakeClient(t, fs, nil)
+	require.NoError(t, c.LoadScripts(context.Background()))
+	assert.True(t, fs[0].cached && fs[1].cached)
+}
+
+func TestExtendAfterValidityWritesNothing(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, nil)
+	l, err := c.Acquire(context.Background(), "k", 100*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	c = newFakeClient(t, fs, nil)
+	l.client = c
+	time.Sleep(time.Until(l.Until()))
+	err = l.Extend(context.Background(), time.Second)
+	require.ErrorIs(t, err, ErrNotHeld)
+	require.NoError(t, c.Close())
+	for _, f := range fs {
+		assert.Equal(t, []string{"acquire"}, f.callNames(), "no request sent")
+	}
+}
+
+func TestExtendAndReleaseNeedOurValue(t *testing.T) {
+	fs := fakes(5)
+	c := newFakeClient(t, fs, nil)
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	c = newFakeClient(t, fs, nil)
+	l.client = c
+	for _, f := range fs[:3] {
+		f.set("k", "someone-else") // our keys expired and were taken
+	}
+	err = l.Extend(context.Background(), time.Second)
+	require.ErrorIs(t, err, ErrNotHeld)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, "extend", qe.Op)
+	assert.Less(t, qe.Agreed, 3)
+
+	err = l.Release(context.Background())
+	require.ErrorIs(t, err, ErrNotHeld, "held by only two of five")
+	require.NoError(t, c.Close())
+	for _, f := range fs[:3] {
+		v, _ := f.get("k")
+		assert.Equal(t, "someone-else", v, "another value is never touched")
+	}
+	for _, f := range fs[3:] {
+		_, held := f.get("k")
+		assert.False(t, held, "our leftovers are deleted")
+	}
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, nil)
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	assert.False(t, l.Held())
+	for range 2 {
+		assert.ErrorIs(t, l.Release(context.Background()), ErrNotHeld)
+	}
+	assert.ErrorIs(t, l.Extend(context.Background(), time.Second), ErrNotHeld)
+}
+
+func TestMasterErrorsAreReported(t *testing.T) {
+	fs := fakes(3)
+	boom := errors.New("boom")
+	fs[0].err, fs[1].err = boom, boom
+	c := newFakeClient(t, fs, nil)
+	_, err := c.Acquire(context.Background(), "k", time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 2, qe.Quorum)
+	assert.ErrorIs(t, qe.Masters[0].Err, boom)
+	assert.NotErrorIs(t, err, boom, "per-master errors stay in Masters")
+	assert.Contains(t, err.Error(), "master0: boom")
+}
+
+func TestClosedClient(t *testing.T) {
+	c, err := New(fakes(1), nil)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	_, err = c.Acquire(context.Background(), "k", time.Second)
+	assert.ErrorIs(t, err, ErrClosed)
+}

@@ -1,0 +1,116 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewValidates(t *testing.T) {
+	client := func(addr string, db int) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := client("127.0.0.1:1", 0), client("127.0.0.1:2", 0)
+	sameAddr, otherDB := client("127.0.0.1:1", 0), client("127.0.0.1:1", 1)
+	var typedNil *redis.Client
+	five := []*redis.Client{a, b, otherDB, client("127.0.0.1:3", 0), client("127.0.0.1:4", 0)}
+	for _, tc := range []struct {
+		name    string
+		masters []*redis.Client
+		opts    *Options
+		want    string
+	}{
+		{"no masters", nil, nil, "no masters"},
+		{"nil master", []*redis.Client{a, typedNil}, nil, "master 1 is nil"},
+		{"same client twice", []*redis.Client{a, b, a}, nil, "masters 0 and 2 are the same master (127.0.0.1:1)"},
+		{"same address twice", []*redis.Client{a, sameAddr}, nil, "masters 0 and 1 are the same master"},
+		{"quorum of half", five, &Options{Quorum: 2}, "Quorum 2 with 5 masters: must be more than half and at most all (3 to 5)"},
+		{"quorum above all", five, &Options{Quorum: 6}, "Quorum 6 with 5 masters"},
+		{"negative quorum", five, &Options{Quorum: -1}, "Quorum -1"},
+		{"negative timeout", five, &Options{NodeTimeout: -time.Millisecond}, "NodeTimeout -1ms: must be positive"},
+		{"negative drift", five, &Options{DriftFactor: -0.1}, "DriftFactor -0.1: must be in [0, 1)"},
+		{"drift of one", five, &Options{DriftFactor: 1}, "DriftFactor 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(tc.masters, tc.opts)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			assert.Nil(t, c)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+
+	c, err := New(five, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 3, c.Quorum(), "default quorum is N/2+1")
+	assert.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1/1", "127.0.0.1:3", "127.0.0.1:4"}, c.Masters())
+	c, err = New([]redis.UniversalClient{a, b}, &Options{Quorum: 2})
+	require.NoError(t, err, "any go-redis client type works")
+	assert.Equal(t, 2, c.Quorum())
+}
+
+func TestAcquireValidatesArguments(t *testing.T) {
+	c := newFakeClient(t, fakes(3), &Options{NodeTimeout: 10 * time.Millisecond, DriftFactor: 0.5})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key  string
+		ttl  time.Duration
+		want string
+	}{
+		{"", time.Second, "empty key"},
+		{"k", 10 * time.Millisecond, "TTL 10ms: must be longer than NodeTimeout (10ms)"},
+		{"k", 10*time.Millisecond + 999*time.Microsecond, "TTL 10.999ms: must be longer than NodeTimeout"},
+		{"k", -time.Second, "TTL -1s"},
+	} {
+		_, err := c.Acquire(ctx, tc.key, tc.ttl)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	c = newFakeClient(t, fakes(3), &Options{NodeTimeout: time.Millisecond, DriftFactor: 0.5})
+	_, err := c.Acquire(ctx, "k", 4*time.Millisecond)
+	assert.ErrorContains(t, err, "TTL 4ms: must be longer than its drift allowance (4ms)")
+}
+
+func TestNewValueOption(t *testing.T) {
+	c := newFakeClient(t, fakes(1), &Options{NewValue: func() (string, error) { return "fixed", nil }, KeyPrefix: "app:"})
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "fixed", l.Value())
+	assert.Equal(t, "k", l.Key())
+	assert.Equal(t, []string{"app:k"}, l.keys)
+
+	boom := errors.New("no entropy")
+	c = newFakeClient(t, fakes(1), &Options{NewValue: func() (string, error) { return "", boom }})
+	_, err = c.Acquire(context.Background(), "k", time.Second)
+	assert.ErrorIs(t, err, boom)
+	c = newFakeClient(t, fakes(1), &Options{NewValue: func() (string, error) { return "", nil }})
+	_, err = c.Acquire(context.Background(), "k", time.Second)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+func TestDefaultValuesAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		v, err := randomValue()
+		require.NoError(t, err)
+		require.False(t, seen[v])
+		seen[v] = true
+	}
+}
+
+func TestSplitScripts(t *testing.T) {
+	for _, name := range []string{"acquire", "extend", "release"} {
+		assert.Contains(t, scripts, name)
+	}
+	set := splitScripts("-- header\n--- a\nreturn 1\n--- b\nreturn 2\n")
+	assert.Len(t, set, 2)
+	assert.Equal(t, redis.NewScript("return 1\n").Hash(), set["a"].Hash())
+	assert.Panics(t, func() { splitScripts("--- a\n--- a\n") })
+	assert.Panics(t, func() { set.get("missing") })
+}
