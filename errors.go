@@ -51,7 +51,7 @@ type QuorumError struct {
 	Op      string         // "acquire", "extend" or "release"
 	Key     string         // the lock key, without prefix
 	Quorum  int            // how many masters had to agree
-	Agreed  int            // how many agreed before the round was decided
+	Agreed  int            // how many agreed, counting replies seen while undoing an acquire
 	Expired bool           // a quorum agreed, but no validity was left
 	Elapsed time.Duration  // from the first request to the decision
 	Masters []MasterResult // one per master, in the order given to New

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,16 +24,17 @@ type op struct {
 // and one goroutine per master communicate through it:
 //   - a goroutine writes its slot, then sends the slot's index on replies;
 //   - the decider marks the slots it read, sets failed, then closes decided;
-//   - after decided, a goroutine reads failed and its slot's read mark.
+//   - after decided, a goroutine reads failed; if the round failed it
+//     undoes its call and sends its index on finished.
 type round struct {
-	op      *op
-	slots   []slot
-	replies chan int
-	decided chan struct{}
-	failed  bool
-	undone  sync.WaitGroup // undo calls the decider waits for
-	running atomic.Int32   // goroutines still running
-	cancel  context.CancelFunc
+	op       *op
+	slots    []slot
+	replies  chan int
+	decided  chan struct{}
+	failed   bool
+	finished chan int     // masters done with their undo; nil without undo
+	running  atomic.Int32 // goroutines still running
+	cancel   context.CancelFunc
 }
 
 type slot struct {
@@ -54,9 +54,10 @@ func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
 // release or extend still reaches slow masters.
 //
 // If the round fails and o.undo is set, o.undo runs on every master where
-// o.script may have applied, with a fresh context: do waits for that on the
-// masters whose agreement it saw, and masters that answer later undo their
-// own reply in the background.
+// o.script may have applied, with a fresh context. do waits for that until
+// every master is done or the round's deadline (or the caller's context)
+// ends, and in any case for the masters whose agreement it saw; a master
+// that answers later undoes its own reply in the background.
 //
 // It returns the time the round started; on failure a *QuorumError.
 func (c *Client) do(ctx context.Context, o *op) (time.Time, error) {
@@ -75,6 +76,9 @@ func (c *Client) do(ctx context.Context, o *op) (time.Time, error) {
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, c.nodeTimeout)
 	r.cancel = cancel
+	if o.undo != nil {
+		r.finished = make(chan int, n)
+	}
 	r.running.Store(int32(n))
 	c.inflight.Add(n)
 	c.mu.RUnlock()
@@ -120,18 +124,41 @@ wait:
 		close(r.decided)
 		return start, nil
 	}
-	if o.undo != nil {
-		r.failed = true
-		for i := range r.slots {
-			if r.slots[i].read && r.slots[i].agreed() {
-				r.undone.Add(1)
-			}
+	r.failed = true
+	close(r.decided)
+	if r.finished != nil && r.awaitUndo(callCtx.Done()) {
+		timedOut = true
+	}
+	return start, c.quorumError(ctx, r, expired, timedOut, elapsed)
+}
+
+// awaitUndo waits until every master has undone its call, or done is
+// closed while some are still running; even then it waits for the masters
+// whose agreement the decider saw, as their keys surely exist and they
+// answer quickly. It marks each master it heard from as read, and reports
+// whether it stopped waiting with masters still running.
+func (r *round) awaitUndo(done <-chan struct{}) (gaveUp bool) {
+	known := 0
+	for i := range r.slots {
+		if r.slots[i].read && r.slots[i].agreed() {
+			known++
 		}
 	}
-	close(r.decided)
-	err := c.quorumError(ctx, r, agreed, expired, timedOut, elapsed)
-	r.undone.Wait()
-	return start, err
+	for left := len(r.slots); left > 0 && (!gaveUp || known > 0); {
+		select {
+		case i := <-r.finished:
+			left--
+			s := &r.slots[i]
+			if s.read && s.agreed() {
+				known--
+			}
+			s.read = true
+		case <-done:
+			done = nil
+			gaveUp = r.running.Load() > 0 // else every index is already in finished
+		}
+	}
+	return gaveUp
 }
 
 // call runs the round's script on master i and, if the round fails, undoes
@@ -147,28 +174,28 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
 	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
 	mayHaveApplied := s.val > 0 || s.err != nil // a timed-out write may still land
-	waited := s.agreed()
 	r.replies <- i
 	if o.undo == nil {
 		return
 	}
 	<-r.decided
-	if r.failed && mayHaveApplied {
+	if !r.failed {
+		return
+	}
+	if mayHaveApplied {
 		nd.undo(ctx, o.undo, o.keys, o.args)
 	}
-	if r.failed && waited && s.read {
-		r.undone.Done()
-	}
+	r.finished <- i
 }
 
 // quorumError describes a failed round. It reads only the slots the decider
-// saw; the others are still being written by their goroutines.
-func (c *Client) quorumError(ctx context.Context, r *round, agreed int, expired, timedOut bool, elapsed time.Duration) *QuorumError {
+// saw (including those awaitUndo heard from); the others may still be
+// written by their goroutines.
+func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bool, elapsed time.Duration) *QuorumError {
 	e := &QuorumError{
 		Op:       r.op.name,
 		Key:      r.op.key,
 		Quorum:   c.quorum,
-		Agreed:   agreed,
 		Expired:  expired,
 		Elapsed:  elapsed,
 		Masters:  make([]MasterResult, len(c.nodes)),
@@ -180,6 +207,9 @@ func (c *Client) quorumError(ctx context.Context, r *round, agreed int, expired,
 		switch s := &r.slots[i]; {
 		case s.read:
 			m.Agreed, m.Err = s.agreed(), s.err
+			if m.Agreed {
+				e.Agreed++
+			}
 		case e.ctxErr != nil:
 			m.Err = e.ctxErr
 		case timedOut:

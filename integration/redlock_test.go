@@ -1,0 +1,348 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newClient returns a redlock client on the cluster's masters, closed (after
+// its background calls end) when the test ends.
+func newClient(t *testing.T, cl *integration.Cluster, opts *redlock.Options) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(cl.Clients(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// values returns the key's value on every master ("" where absent or down).
+func values(t *testing.T, cl *integration.Cluster, key string) []string {
+	t.Helper()
+	out := make([]string, len(cl.Masters))
+	for i, m := range cl.Masters {
+		if !m.Running() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		v, err := cl.Admin(i).Get(ctx, key).Result()
+		cancel()
+		if !errors.Is(err, redis.Nil) {
+			require.NoError(t, err, "master %s", m.Name())
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// waitHeldEverywhere waits until every master holds l: the calls that came
+// after the quorum was decided go on in the background.
+func waitHeldEverywhere(t *testing.T, cl *integration.Cluster, l *redlock.Lock) {
+	t.Helper()
+	want := repeat(l.Value(), len(cl.Masters))
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, values(t, cl, l.Key())) },
+		time.Second, time.Millisecond, "every master holds our value")
+}
+
+func repeat(v string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// assertEmpty checks that no running master holds any key.
+func assertEmpty(t *testing.T, cl *integration.Cluster) {
+	t.Helper()
+	for i, n := range cl.KeyCounts(context.Background()) {
+		if cl.Masters[i].Running() {
+			assert.Zero(t, n, "keys left on %s", cl.Masters[i].Name())
+		}
+	}
+}
+
+func TestAcquireReleaseOnAllFive(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "job", 5*time.Second)
+	require.NoError(t, err)
+	assert.True(t, l.Held())
+	waitHeldEverywhere(t, cl, l)
+
+	_, err = c.Acquire(ctx, "job", 5*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "held")
+
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+func TestTwoDeadMastersStillAcquire(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	for _, m := range cl.Masters[:2] {
+		require.NoError(t, m.Kill(ctx))
+	}
+	l, err := c.Acquire(ctx, "job", 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, 5*time.Second))
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestThreeDeadMastersFailAndLeaveNothing(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	var dead []string
+	for _, m := range cl.Masters[1:4] {
+		require.NoError(t, m.Kill(ctx))
+		dead = append(dead, m.Addr())
+	}
+	_, err := c.Acquire(ctx, "job", 5*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, "acquire", qe.Op)
+	assert.Equal(t, 3, qe.Quorum)
+	assert.Equal(t, 2, qe.Agreed, "the survivors agreed, then were undone")
+	var failed []string
+	for _, m := range qe.Failed() {
+		require.Error(t, m.Err, "a dead master is an error, not a refusal")
+		failed = append(failed, m.Master)
+	}
+	assert.Equal(t, dead, failed, "the error names the three dead masters")
+	for _, addr := range dead {
+		assert.Contains(t, err.Error(), addr)
+	}
+	assertEmpty(t, cl) // no Close needed: Acquire released what it took
+}
+
+func TestPausedMasterDoesNotHoldAcquireBack(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx := context.Background()
+	require.NoError(t, cl.Masters[0].Pause(ctx))
+	t.Cleanup(func() { _ = cl.Masters[0].Resume(ctx) })
+
+	// Clients that would wait 10s for a reply: only redlock's NodeTimeout
+	// can keep the acquire short.
+	slow := make([]*redis.Client, len(cl.Masters))
+	for i, m := range cl.Masters {
+		slow[i] = redis.NewClient(&redis.Options{Addr: m.Addr(), ReadTimeout: 10 * time.Second, MaxRetries: -1})
+		t.Cleanup(func() { slow[i].Close() })
+	}
+	const nodeTimeout = 300 * time.Millisecond
+	c, err := redlock.New(slow, &redlock.Options{NodeTimeout: nodeTimeout})
+	require.NoError(t, err)
+
+	start := time.Now()
+	l, err := c.Acquire(ctx, "job", 5*time.Second)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), nodeTimeout, "four masters answered: no wait for the paused one")
+	require.NoError(t, l.Release(ctx))
+
+	for _, m := range cl.Masters[1:3] {
+		require.NoError(t, m.Pause(ctx))
+	}
+	start = time.Now()
+	_, err = c.Acquire(ctx, "job", 5*time.Second)
+	took := time.Since(start)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrNodeTimeout)
+	assert.GreaterOrEqual(t, took, nodeTimeout)
+	assert.Less(t, took, 3*nodeTimeout, "bounded by NodeTimeout, not the 10s read timeout")
+
+	for _, m := range cl.Masters[:3] {
+		require.NoError(t, m.Resume(ctx))
+	}
+	require.NoError(t, c.Close()) // the late replies are in: their partial locks were undone
+	assertEmpty(t, cl)
+}
+
+func TestCancelledAcquireLeavesNoKey(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx := context.Background()
+	for _, m := range cl.Masters[:3] {
+		require.NoError(t, m.Pause(ctx))
+	}
+	c := newClient(t, cl, &redlock.Options{NodeTimeout: 2 * time.Second})
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Acquire(actx, "job", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the caller's context error is kept")
+	assert.Less(t, time.Since(start), time.Second, "returns when the caller's context ends")
+
+	for _, m := range cl.Masters[:3] {
+		require.NoError(t, m.Resume(ctx))
+	}
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+func TestExtendAfterValidityFailsAndWritesNothing(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "job", 500*time.Millisecond)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+	before := evalCalls(t, cl)
+	time.Sleep(time.Until(l.Until()))
+	assert.False(t, l.Held())
+
+	err = l.Extend(ctx, 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotHeld)
+	assert.Equal(t, before, evalCalls(t, cl), "no script ran on any master")
+	for i := range cl.Masters {
+		pttl, err := cl.Admin(i).PTTL(ctx, "job").Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, pttl, 500*time.Millisecond, "TTL not raised on %s", cl.Masters[i].Name())
+	}
+}
+
+// evalCalls counts the scripts run on every master so far.
+func evalCalls(t *testing.T, cl *integration.Cluster) []int {
+	t.Helper()
+	out := make([]int, len(cl.Masters))
+	for i := range cl.Masters {
+		info, err := cl.Admin(i).Info(context.Background(), "commandstats").Result()
+		require.NoError(t, err)
+		for _, cmd := range []string{"evalsha", "eval"} {
+			_, rest, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
+			if ok {
+				n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				require.NoError(t, err)
+				out[i] += n
+			}
+		}
+	}
+	return out
+}
+
+func TestOtherValueCannotExtendOrRelease(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+	// As if our keys had expired and another client had taken the lock.
+	for i := range cl.Masters {
+		require.NoError(t, cl.Admin(i).Set(ctx, "job", "other", time.Minute).Err())
+	}
+	require.ErrorIs(t, l.Extend(ctx, 20*time.Second), redlock.ErrNotHeld)
+	require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
+	assert.Equal(t, repeat("other", 5), values(t, cl, "job"), "the other holder's keys are untouched")
+	for i := range cl.Masters {
+		pttl, err := cl.Admin(i).PTTL(ctx, "job").Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, 50*time.Second, "TTL untouched")
+	}
+}
+
+func TestReleaseIsIdempotent(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	for range 3 {
+		err := l.Release(ctx)
+		require.ErrorIs(t, err, redlock.ErrNotHeld)
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe)
+		assert.Zero(t, qe.Agreed)
+	}
+	// Released even when it had expired on the masters already.
+	l, err = c.Acquire(ctx, "job", 200*time.Millisecond)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+func TestFailedAcquireDoesNotBlockItsRetry(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	// Another holder on three masters: our attempt takes the other two.
+	for i := range 3 {
+		require.NoError(t, cl.Admin(i).Set(ctx, "job", "other", time.Minute).Err())
+	}
+	_, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Equal(t, []string{"other", "other", "other", "", ""}, values(t, cl, "job"), "partial locks released")
+	for i := range 3 {
+		require.NoError(t, cl.Admin(i).Del(ctx, "job").Err())
+	}
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err, "nothing of ours is left to block us")
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestContendingClientsNeverOverlap runs 8 clients, each with its own
+// redlock client, for 200 critical sections each on one key. Inside, a
+// detector counts overlaps and a read-modify-write counter loses updates if
+// two sections ever overlap.
+func TestContendingClientsNeverOverlap(t *testing.T) {
+	const clients, sections = 8, 200
+	cl := integration.NewCluster(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var inside, overlaps, counter atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range clients {
+		// A generous NodeTimeout: CI runs this beside other test binaries.
+		c := newClient(t, cl, &redlock.Options{NodeTimeout: 500 * time.Millisecond})
+		m, err := mutex.New(c, "shared", &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+		require.NoError(t, err)
+		g.Go(func() error {
+			for i := range sections {
+				if err := m.Lock(gctx); err != nil {
+					return fmt.Errorf("client %d, section %d: %w", w, i, err)
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				v := counter.Load()
+				time.Sleep(50 * time.Microsecond) // widen the window a second holder would hit
+				counter.Store(v + 1)
+				inside.Add(-1)
+				if err := m.Unlock(gctx); err != nil {
+					return fmt.Errorf("client %d, section %d: unlock: %w", w, i, err)
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	assert.Zero(t, overlaps.Load(), "overlapping critical sections")
+	assert.Equal(t, int64(clients*sections), counter.Load(), "every section counted, no update lost")
+}

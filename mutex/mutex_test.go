@@ -1,0 +1,133 @@
+package mutex_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func setup(t *testing.T) *redlock.Client {
+	t.Helper()
+	cl := integration.NewCluster(t, 3)
+	c, err := redlock.New(cl.Clients(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+func newMutex(t *testing.T, c *redlock.Client, key string) *mutex.Mutex {
+	t.Helper()
+	m, err := mutex.New(c, key, &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	return m
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		opts *mutex.Options
+		want string
+	}{
+		{"", nil, "empty key"},
+		{"k", &mutex.Options{TTL: -time.Second}, "must not be negative"},
+		{"k", &mutex.Options{MinRetryDelay: time.Second, MaxRetryDelay: time.Millisecond}, "MaxRetryDelay 1ms is less than MinRetryDelay 1s"},
+	} {
+		_, err := mutex.New(&redlock.Client{}, tc.key, tc.opts)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		assert.ErrorContains(t, err, tc.want)
+	}
+	_, err := mutex.New(nil, "k", nil)
+	assert.ErrorContains(t, err, "nil client")
+}
+
+func TestTryLockExcludesOtherHolders(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
+	require.NoError(t, a.TryLock(ctx))
+	assert.True(t, a.Until().After(time.Now()))
+	require.ErrorIs(t, b.TryLock(ctx), redlock.ErrNotObtained)
+	require.ErrorIs(t, a.TryLock(ctx), redlock.ErrNotObtained, "not reentrant")
+	require.NoError(t, a.Extend(ctx))
+	require.NoError(t, a.Unlock(ctx))
+	assert.True(t, a.Until().IsZero())
+	require.NoError(t, b.TryLock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+}
+
+func TestLockWaitsForUnlock(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
+	require.NoError(t, a.Lock(ctx))
+	got := make(chan error, 1)
+	go func() { got <- b.Lock(ctx) }()
+	select {
+	case err := <-got:
+		t.Fatalf("b locked while a held the lock: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, a.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("b did not get the lock after a's unlock")
+	}
+	require.NoError(t, b.Unlock(ctx))
+}
+
+func TestLockEndsWithContext(t *testing.T) {
+	c := setup(t)
+	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
+	require.NoError(t, a.Lock(context.Background()))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := b.Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, redlock.ErrNotObtained, "tells the last attempt's outcome")
+	require.ErrorIs(t, b.Unlock(context.Background()), redlock.ErrNotHeld)
+	require.NoError(t, a.Unlock(context.Background()))
+	require.NoError(t, b.TryLock(context.Background()), "a cancelled Lock left nothing behind")
+	require.NoError(t, b.Unlock(context.Background()))
+}
+
+func TestSharedMutexSerializesGoroutines(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	m := newMutex(t, c, "k")
+	require.NoError(t, m.Lock(ctx))
+	got := make(chan error, 1)
+	go func() { got <- m.Lock(ctx) }()
+	select {
+	case err := <-got:
+		t.Fatalf("second goroutine locked a held Mutex: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, <-got)
+	require.NoError(t, m.Unlock(ctx))
+}
+
+func TestUnlockAfterExpiry(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	m, err := mutex.New(c, "k", &mutex.Options{TTL: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	time.Sleep(150 * time.Millisecond)
+	require.ErrorIs(t, m.Extend(ctx), redlock.ErrNotHeld)
+	require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the holder learns the lock had expired")
+	require.NoError(t, m.TryLock(ctx), "unlocked afterwards")
+	require.NoError(t, m.Unlock(ctx))
+}
