@@ -22,6 +22,14 @@ var (
 	// wrapping message names the value and why.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
+	// ErrUpgrade means an owner holding a read lock asked for the write
+	// lock of the same name: granting it would wait for its own read lock
+	// forever. Release the read lock first.
+	ErrUpgrade = errors.New("redlock: read-to-write upgrade refused: it would deadlock")
+
+	// ErrReleased is Lock.Err after the lock was released.
+	ErrReleased = errors.New("redlock: lock released")
+
 	// ErrClosed is returned by operations started after Client.Close.
 	ErrClosed = errors.New("redlock: client closed")
 
@@ -58,6 +66,7 @@ type QuorumError struct {
 
 	sentinel error // ErrNotObtained or ErrNotHeld
 	ctxErr   error // the caller's context error, if it ended
+	upgrade  bool  // a master refused an upgrade
 }
 
 func (e *QuorumError) Error() string {
@@ -93,10 +102,14 @@ func (e *QuorumError) Error() string {
 // Per-master errors stay in Masters: a timeout on one master says nothing
 // about the caller's context.
 func (e *QuorumError) Unwrap() []error {
-	if e.ctxErr != nil {
-		return []error{e.sentinel, e.ctxErr}
+	errs := []error{e.sentinel}
+	if e.upgrade {
+		errs = append(errs, ErrUpgrade)
 	}
-	return []error{e.sentinel}
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
+	}
+	return errs
 }
 
 // Failed returns the masters that did not agree.

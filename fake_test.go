@@ -12,7 +12,9 @@ import (
 // concurrent use.
 type fakeMaster struct {
 	mu       sync.Mutex
-	data     map[string]string
+	data     map[string]string // lock key -> owner
+	counters map[string]int64  // lock key -> fencing counter
+	tokens   map[string]int64  // lock key -> token of its holder
 	calls    []string // script names, in call order; "EVAL" marks a fallback
 	cached   bool     // the script cache is loaded
 	gate     chan struct{}
@@ -20,7 +22,9 @@ type fakeMaster struct {
 	err      error // every call fails with it
 }
 
-func newFake() *fakeMaster { return &fakeMaster{data: map[string]string{}, cached: true} }
+func newFake() *fakeMaster {
+	return &fakeMaster{data: map[string]string{}, counters: map[string]int64{}, tokens: map[string]int64{}, cached: true}
+}
 
 // block makes every later call wait until unblock (or, with honorCtx, until
 // its context ends).
@@ -86,16 +90,29 @@ func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args [
 	if f.err != nil {
 		return redis.NewCmdResult(nil, f.err)
 	}
-	key, value := keys[0], args[0].(string)
+	key, owner, n := keys[0], args[0].(string), args[2].(int64)
 	cur, held := f.data[key]
 	switch {
+	case name == "acquire" && held && cur == owner:
+		return redis.NewCmdResult(f.tokens[key], nil)
 	case name == "acquire" && !held:
-		f.data[key] = value
+		f.data[key] = owner
+		f.counters[key]++
+		f.tokens[key] = f.counters[key]
+		if args[3] != "1" {
+			f.tokens[key] = 1
+		}
+		return redis.NewCmdResult(f.tokens[key], nil)
+	case name == "fence" && held && cur == owner:
+		f.counters[key] = max(f.counters[key], n)
+		f.tokens[key] = n
 		return redis.NewCmdResult(int64(1), nil)
-	case name == "extend" && held && cur == value:
+	case name == "extend" && held && cur == owner:
 		return redis.NewCmdResult(int64(1), nil)
-	case name == "release" && held && cur == value:
-		delete(f.data, key)
+	case name == "release" && held && cur == owner:
+		if n == 0 {
+			delete(f.data, key)
+		}
 		return redis.NewCmdResult(int64(1), nil)
 	}
 	return redis.NewCmdResult(int64(0), nil)

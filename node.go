@@ -18,11 +18,32 @@ var scriptsLua string
 // master caches the script body on first use (EVALSHA falls back to EVAL on
 // NOSCRIPT, which also covers a master that restarted and lost its cache).
 var (
-	scripts       = splitScripts(scriptsLua)
-	acquireScript = scripts.get("acquire")
-	extendScript  = scripts.get("extend")
-	releaseScript = scripts.get("release")
+	scripts     = splitScripts(scriptsLua)
+	fenceScript = scripts.get("fence")
 )
+
+// mode is one sort of lock: the scripts for its operations and its keys.
+type mode struct {
+	acquire, extend, release *redis.Script
+	fenced                   bool // acquisitions hand out fencing tokens
+	rw                       bool // a read-write lock: five keys
+}
+
+var (
+	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), fenced: true}
+	writeMode     = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true}
+	readMode      = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
+)
+
+// keys returns the keys of the lock named key, in the order scripts.lua
+// expects; they share the Redis Cluster hash tag {prefix+key}.
+func (m *mode) keys(prefix, key string) []string {
+	tag := "{" + prefix + key + "}"
+	if !m.rw {
+		return []string{tag, tag + ":fence"}
+	}
+	return []string{tag, tag + ":fence", tag + ":r", tag + ":rh", tag + ":ww"}
+}
 
 type scriptSet map[string]*redis.Script
 

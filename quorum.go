@@ -16,8 +16,21 @@ type op struct {
 	undo     *redis.Script // run where script may have applied, if the round fails; nil for none
 	keys     []string
 	args     []any
+	undoArgs []any         // arguments of undo
+	// orphaned, if set, is asked after a successful round by each master
+	// that agreed after the decision: non-nil arguments mean the lock was
+	// released meanwhile, and undo runs there with them (a late agreement
+	// may land after the release round).
+	orphaned func() []any
 	ttl      time.Duration // > 0: the round also needs validity left
 	sentinel error         // what a failed round wraps
+}
+
+// outcome is what a successful round tells besides success.
+type outcome struct {
+	start time.Time // when the round started
+	max   int64     // the largest reply among the agreeing masters seen
+	mixed bool      // those replies were not all equal
 }
 
 // round is the shared state of one op's fan-out. The decider (Client.do)
@@ -45,6 +58,10 @@ type slot struct {
 
 func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
 
+// replyUpgrade is a master's reply when an owner that holds a read lock
+// asks for the write lock.
+const replyUpgrade = -1
+
 // do runs o on every master in parallel and decides as soon as a quorum has
 // agreed or can no longer agree. Every call shares one deadline,
 // NodeTimeout after the round starts: since all calls start together, that
@@ -59,12 +76,12 @@ func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
 // ends, and in any case for the masters whose agreement it saw; a master
 // that answers later undoes its own reply in the background.
 //
-// It returns the time the round started; on failure a *QuorumError.
-func (c *Client) do(ctx context.Context, o *op) (time.Time, error) {
+// On failure it returns a *QuorumError.
+func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return time.Time{}, ErrClosed
+		return outcome{}, ErrClosed
 	}
 	n := len(c.nodes)
 	r := &round{
@@ -73,7 +90,7 @@ func (c *Client) do(ctx context.Context, o *op) (time.Time, error) {
 		replies: make(chan int, n),
 		decided: make(chan struct{}),
 	}
-	start := time.Now()
+	res := outcome{start: time.Now()}
 	callCtx, cancel := context.WithTimeout(ctx, c.nodeTimeout)
 	r.cancel = cancel
 	if o.undo != nil {
@@ -91,6 +108,10 @@ func (c *Client) do(ctx context.Context, o *op) (time.Time, error) {
 		s := &r.slots[i]
 		s.read = true
 		if s.agreed() {
+			if agreed > 0 && s.val != res.max {
+				res.mixed = true
+			}
+			res.max = max(res.max, s.val)
 			agreed++
 		} else {
 			refused++
@@ -116,20 +137,20 @@ wait:
 			}
 		}
 	}
-	elapsed := time.Since(start)
+	elapsed := time.Since(res.start)
 
 	ok := agreed >= c.quorum
 	expired := ok && o.ttl > 0 && Validity(o.ttl, elapsed, c.driftFactor) <= 0
 	if ok && !expired {
 		close(r.decided)
-		return start, nil
+		return res, nil
 	}
 	r.failed = true
 	close(r.decided)
 	if r.finished != nil && r.awaitUndo(callCtx.Done()) {
 		timedOut = true
 	}
-	return start, c.quorumError(ctx, r, expired, timedOut, elapsed)
+	return outcome{}, c.quorumError(ctx, r, expired, timedOut, elapsed)
 }
 
 // awaitUndo waits until every master has undone its call, or done is
@@ -180,10 +201,15 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	}
 	<-r.decided
 	if !r.failed {
+		if s.agreed() && !s.read && o.orphaned != nil {
+			if args := o.orphaned(); args != nil {
+				nd.undo(ctx, o.undo, o.keys, args)
+			}
+		}
 		return
 	}
 	if mayHaveApplied {
-		nd.undo(ctx, o.undo, o.keys, o.args)
+		nd.undo(ctx, o.undo, o.keys, o.undoArgs)
 	}
 	r.finished <- i
 }
@@ -209,6 +235,9 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 			m.Agreed, m.Err = s.agreed(), s.err
 			if m.Agreed {
 				e.Agreed++
+			}
+			if s.err == nil && s.val == replyUpgrade {
+				m.Err, e.upgrade = ErrUpgrade, true
 			}
 		case e.ctxErr != nil:
 			m.Err = e.ctxErr

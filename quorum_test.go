@@ -38,7 +38,7 @@ func TestAcquireExtendReleaseAllAgree(t *testing.T) {
 	c = newFakeClient(t, fs, nil)
 	l.client = c
 	for _, f := range fs {
-		v, ok := f.get("k")
+		v, ok := f.get("{k}")
 		assert.True(t, ok)
 		assert.Equal(t, l.Value(), v)
 	}
@@ -46,7 +46,7 @@ func TestAcquireExtendReleaseAllAgree(t *testing.T) {
 	require.NoError(t, l.Release(context.Background()))
 	require.NoError(t, c.Close())
 	for _, f := range fs {
-		_, ok := f.get("k")
+		_, ok := f.get("{k}")
 		assert.False(t, ok, "released everywhere")
 	}
 	assert.False(t, l.Held())
@@ -63,14 +63,14 @@ func TestAcquireDecidesWithoutWaitingForSlowMasters(t *testing.T) {
 	fs[3].unblock()
 	fs[4].unblock()
 	require.NoError(t, c.Close())
-	v, _ := fs[4].get("k")
+	v, _ := fs[4].get("{k}")
 	assert.Equal(t, l.Value(), v, "a late yes after success stays part of the lock")
 }
 
 func TestFailedAcquireUndoesLateYes(t *testing.T) {
 	fs := fakes(5)
 	for _, f := range fs[:3] {
-		f.set("k", "someone-else")
+		f.set("{k}", "someone-else")
 	}
 	fs[3].block(false)
 	fs[4].block(false)
@@ -85,7 +85,7 @@ func TestFailedAcquireUndoesLateYes(t *testing.T) {
 	fs[4].unblock()
 	require.NoError(t, c.Close())
 	for _, f := range fs[3:] {
-		_, held := f.get("k")
+		_, held := f.get("{k}")
 		assert.False(t, held, "the late yes was released")
 		assert.Equal(t, []string{"acquire", "release"}, f.callNames())
 	}
@@ -94,14 +94,14 @@ func TestFailedAcquireUndoesLateYes(t *testing.T) {
 func TestFailedAcquireReleasesItsPartialLocks(t *testing.T) {
 	fs := fakes(5)
 	for _, f := range fs[2:] {
-		f.set("k", "someone-else")
+		f.set("{k}", "someone-else")
 	}
 	c := newFakeClient(t, fs, nil)
 	_, err := c.Acquire(context.Background(), "k", time.Second)
 	require.ErrorIs(t, err, ErrNotObtained)
 	// No Close here: Acquire itself waits for the release where it saw a yes.
 	for _, f := range fs[:2] {
-		_, held := f.get("k")
+		_, held := f.get("{k}")
 		assert.False(t, held, "partial lock released before Acquire returned")
 	}
 	assert.Contains(t, err.Error(), "2 of 5 masters agreed, 3 needed (master2: refused; master3: refused; master4: refused)")
@@ -126,7 +126,7 @@ func TestNodeTimeoutBoundsTheDecision(t *testing.T) {
 		assert.ErrorIs(t, m.Err, ErrNodeTimeout)
 	}
 	for _, f := range fs[3:] {
-		_, held := f.get("k")
+		_, held := f.get("{k}")
 		assert.False(t, held)
 	}
 	for _, f := range fs[:3] {
@@ -151,7 +151,7 @@ func TestCancelledAcquireCleansUpWithFreshContext(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.ErrorIs(t, err, context.Canceled)
 	for _, f := range fs[:2] {
-		_, held := f.get("k")
+		_, held := f.get("{k}")
 		assert.False(t, held, "released although the caller's context was cancelled")
 	}
 	for _, f := range fs[2:] {
@@ -180,7 +180,7 @@ func TestExpiredValidityIsNotObtained(t *testing.T) {
 	assert.GreaterOrEqual(t, qe.Agreed, 2)
 	require.NoError(t, c.Close())
 	for _, f := range fs {
-		_, held := f.get("k")
+		_, held := f.get("{k}")
 		assert.False(t, held, "a lock without validity is released")
 	}
 }
@@ -189,12 +189,35 @@ func TestRecoversFromNoScript(t *testing.T) {
 	fs := fakes(3)
 	fs[0].cached = false // as after a restart
 	c := newFakeClient(t, fs, nil)
-	l, err := c.Acquire(context.Background(), "k", time.Second)
-	require.NoError(t, err)
-	require.NoError(t, l.Release(context.Background()))
+	for range 2 {
+		l, err := c.Acquire(context.Background(), "k", time.Second)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(context.Background()))
+	}
 	require.NoError(t, c.Close())
-	assert.Equal(t, []string{"EVAL", "acquire", "release"}, fs[0].callNames(), "one EVAL, then EVALSHA")
-	assert.Equal(t, []string{"acquire", "release"}, fs[1].callNames())
+	evals := 0
+	for _, name := range fs[0].callNames() {
+		if name == "EVAL" {
+			evals++
+		}
+	}
+	assert.Equal(t, 1, evals, "one EVAL loads the script, then EVALSHA: %v", fs[0].callNames())
+	assert.Contains(t, fs[0].callNames(), "acquire")
+	_, held := fs[0].get("{k}")
+	assert.False(t, held)
+}
+
+func TestLateAgreementAfterReleaseIsUndone(t *testing.T) {
+	fs := fakes(3)
+	fs[2].block(false)
+	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Hour})
+	l, err := c.Acquire(context.Background(), "k", 2*time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()), "two of three held it")
+	fs[2].unblock() // the acquire lands after the release: an orphan
+	require.NoError(t, c.Close())
+	_, held := fs[2].get("{k}")
+	assert.False(t, held, "the late agreement was undone")
 }
 
 func TestLoadScripts(t *testing.T) {
@@ -231,7 +254,7 @@ func TestExtendAndReleaseNeedOurValue(t *testing.T) {
 	c = newFakeClient(t, fs, nil)
 	l.client = c
 	for _, f := range fs[:3] {
-		f.set("k", "someone-else") // our keys expired and were taken
+		f.set("{k}", "someone-else") // our keys expired and were taken
 	}
 	err = l.Extend(context.Background(), time.Second)
 	require.ErrorIs(t, err, ErrNotHeld)
@@ -244,11 +267,11 @@ func TestExtendAndReleaseNeedOurValue(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotHeld, "held by only two of five")
 	require.NoError(t, c.Close())
 	for _, f := range fs[:3] {
-		v, _ := f.get("k")
+		v, _ := f.get("{k}")
 		assert.Equal(t, "someone-else", v, "another value is never touched")
 	}
 	for _, f := range fs[3:] {
-		_, held := f.get("k")
+		_, held := f.get("{k}")
 		assert.False(t, held, "our leftovers are deleted")
 	}
 }
@@ -286,4 +309,89 @@ func TestClosedClient(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, err = c.Acquire(context.Background(), "k", time.Second)
 	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestFencingTokensIncreaseAcrossDivergedCounters(t *testing.T) {
+	fs := fakes(3)
+	fs[0].counters["{k}"] = 5 // this master saw acquisitions the others missed
+	c := newFakeClient(t, fs, nil)
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "k", time.Second)
+	require.NoError(t, err)
+	first := l.Token()
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, c.Close())
+	if first == 6 {
+		raised := 0
+		for _, f := range fs {
+			assert.Contains(t, f.callNames(), "fence", "counters differed: a raise round")
+			if f.counters["{k}"] == 6 {
+				raised++
+			}
+		}
+		assert.GreaterOrEqual(t, raised, 2, "a quorum's counters reach the token")
+	} else {
+		assert.Equal(t, uint64(1), first, "the quorum without the ahead master agreed on 1")
+	}
+
+	c = newFakeClient(t, fs, nil)
+	l, err = c.Acquire(ctx, "k", time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, l.Token(), first, "strictly larger than the token before")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestReentrantHoldsAndToken(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, nil)
+	ctx := context.Background()
+	l, err := c.AcquireAs(ctx, "k", "owner-1", time.Second)
+	require.NoError(t, err)
+	token := l.Token()
+	require.NoError(t, l.Reenter(ctx))
+	assert.Equal(t, 2, l.Holds())
+	assert.Equal(t, token, l.Token(), "re-entering keeps the token")
+	_, err = c.AcquireAs(ctx, "k", "owner-2", time.Second)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.NoError(t, l.Release(ctx))
+	assert.True(t, l.Held(), "one hold left")
+	require.NoError(t, l.Release(ctx))
+	assert.False(t, l.Held())
+	require.ErrorIs(t, l.Reenter(ctx), ErrNotHeld)
+	require.NoError(t, c.Close())
+	for _, f := range fs {
+		_, held := f.get("{k}")
+		assert.False(t, held)
+	}
+}
+
+func TestNoFencing(t *testing.T) {
+	c := newFakeClient(t, fakes(3), &Options{NoFencing: true})
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	assert.Zero(t, l.Token())
+}
+
+func TestLostSignal(t *testing.T) {
+	c := newFakeClient(t, fakes(3), nil)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", 100*time.Millisecond)
+	require.NoError(t, err)
+	require.NoError(t, l.Err())
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after the validity ran out")
+	}
+	assert.False(t, time.Now().Before(l.Until()), "not before the deadline")
+	require.ErrorIs(t, l.Err(), ErrNotHeld)
+	require.ErrorIs(t, context.Cause(l.Context()), ErrNotHeld)
+
+	l, err = c.Acquire(ctx, "k2", time.Second)
+	require.NoError(t, err)
+	done := l.Done()
+	require.NoError(t, l.Release(ctx))
+	<-done
+	require.ErrorIs(t, l.Err(), ErrReleased)
 }

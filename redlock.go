@@ -22,15 +22,17 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 )
 
-// DefaultNodeTimeout is the default bound of every call to one master.
-const DefaultNodeTimeout = 50 * time.Millisecond
+// Defaults of Options.
+const (
+	DefaultNodeTimeout = 50 * time.Millisecond
+	DefaultWriteWait   = time.Second
+)
 
 // Options configure a Client. The zero value of each field selects its
 // default.
@@ -58,6 +60,17 @@ type Options struct {
 	// Default: "" (keys are used as given).
 	KeyPrefix string
 
+	// NoFencing turns fencing tokens off: Lock.Token returns 0, and no
+	// counter key is kept. With fencing (the default) every exclusive or
+	// write acquisition increments a counter key {key}:fence on the masters
+	// that never expires, one per lock name.
+	NoFencing bool
+
+	// WriteWait is how long the write-wait marker of a writer waiting for
+	// readers keeps new readers out after its last attempt. Blocking
+	// writers retry well within it. Default: 1s.
+	WriteWait time.Duration
+
 	// NewValue returns the value that identifies one acquisition. It must be
 	// unique across all clients and unguessable, and must not return "".
 	// Default: 128 random bits from crypto/rand, as base32 text.
@@ -72,6 +85,8 @@ type Client struct {
 	nodeTimeout time.Duration
 	driftFactor float64
 	prefix      string
+	fencing     bool
+	writeWait   time.Duration
 	newValue    func() (string, error)
 	epoch       time.Time // monotonic origin of Lock deadlines
 
@@ -102,6 +117,8 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		nodeTimeout: opts.NodeTimeout,
 		driftFactor: opts.DriftFactor,
 		prefix:      opts.KeyPrefix,
+		fencing:     !opts.NoFencing,
+		writeWait:   opts.WriteWait,
 		newValue:    opts.NewValue,
 		epoch:       time.Now(),
 	}
@@ -122,6 +139,12 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	}
 	if c.driftFactor < 0 || c.driftFactor >= 1 {
 		return nil, invalidf("DriftFactor %v: must be in [0, 1)", c.driftFactor)
+	}
+	if c.writeWait == 0 {
+		c.writeWait = DefaultWriteWait
+	}
+	if c.writeWait < 0 {
+		return nil, invalidf("WriteWait %v: must be positive", c.writeWait)
 	}
 	if c.newValue == nil {
 		c.newValue = randomValue
@@ -162,6 +185,10 @@ func identity(c redis.Scripter) any {
 }
 
 func randomValue() (string, error) { return rand.Text(), nil }
+
+// NewOwner returns a new owner identity for reentrant and read-write locks:
+// 128 random bits from crypto/rand, as base32 text.
+func NewOwner() string { return rand.Text() }
 
 // Quorum returns how many masters must agree.
 func (c *Client) Quorum() int { return c.quorum }
@@ -210,24 +237,19 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Acquire tries once to take the lock on key for ttl. It returns a *Lock if
-// a quorum of masters granted it with validity left. Otherwise it releases
-// whatever it took, on every master and with a fresh context bounded by
-// NodeTimeout (never ctx, which may have ended), and returns an error
-// wrapping ErrNotObtained; a *QuorumError tells each master's part.
+// Acquire tries once to take the exclusive lock on key for ttl, under a
+// fresh random value. It returns a *Lock if a quorum of masters granted it
+// with validity left. Otherwise it releases whatever it took, on every
+// master and with a fresh context bounded by NodeTimeout (never ctx, which
+// may have ended), and returns an error wrapping ErrNotObtained; a
+// *QuorumError tells each master's part.
 //
-// Acquire blocks until the quorum is decided, at most NodeTimeout, plus one
-// release round trip on failure. Cancelling ctx ends the attempt early; the
+// Acquire blocks until the quorum is decided, at most NodeTimeout, plus
+// the release of a failed attempt and, with fencing, one more round when
+// the masters' counters differ. Cancelling ctx ends the attempt early; the
 // error then also matches ctx.Err(). ttl is used in whole milliseconds and
 // must be longer than NodeTimeout and than its own drift allowance.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
-	if key == "" {
-		return nil, invalidf("empty key")
-	}
-	ttl, err := c.checkTTL(ttl)
-	if err != nil {
-		return nil, err
-	}
 	value, err := c.newValue()
 	if err != nil {
 		return nil, fmt.Errorf("redlock: new value: %w", err)
@@ -235,21 +257,54 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if value == "" {
 		return nil, invalidf("NewValue returned an empty value")
 	}
-	l := &Lock{client: c, key: key, value: value, keys: []string{c.prefix + key}}
-	start, err := c.do(ctx, &op{
-		name:     "acquire",
-		key:      key,
-		script:   acquireScript,
-		undo:     releaseScript,
-		keys:     l.keys,
-		args:     []any{value, ttl.Milliseconds()},
-		ttl:      ttl,
-		sentinel: ErrNotObtained,
-	})
+	return c.acquire(ctx, exclusiveMode, key, value, ttl)
+}
+
+// AcquireAs is Acquire with a reentrant lock held by owner: while owner
+// holds it, Lock.Reenter adds holds and the last Lock.Release frees it.
+// owner must be unique to its holder and unguessable (see NewOwner).
+func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquire(ctx, exclusiveMode, key, owner, ttl)
+}
+
+// AcquireWrite takes the write side of the read-write lock named key for
+// owner: granted when no other owner holds it for writing and no reader
+// holds it. While readers hold it, the attempt leaves a write-wait marker
+// (it lives Options.WriteWait) that keeps new readers out, so that writers
+// are not starved. It fails with an error matching ErrUpgrade if owner
+// holds a read lock on key. Blocking and errors are those of Acquire.
+func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquire(ctx, writeMode, key, owner, ttl)
+}
+
+// AcquireRead takes the read side of the read-write lock named key for
+// owner: granted unless another owner holds it for writing or a writer
+// waits (an owner that already reads may re-enter). Readers share the
+// lock, and each one's hold expires on its own. An owner holding the write
+// lock may also take the read lock, then release the write lock: a
+// downgrade. Read locks carry no fencing token. Blocking and errors are
+// those of Acquire.
+func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquire(ctx, readMode, key, owner, ttl)
+}
+
+func (c *Client) acquire(ctx context.Context, m *mode, key, owner string, ttl time.Duration) (*Lock, error) {
+	if key == "" {
+		return nil, invalidf("empty key")
+	}
+	if owner == "" {
+		return nil, invalidf("empty owner")
+	}
+	ttl, err := c.checkTTL(ttl)
 	if err != nil {
 		return nil, err
 	}
-	l.setUntil(c.deadline(start, ttl))
+	l := &Lock{client: c, mode: m, key: key, value: owner, keys: m.keys(c.prefix, key), ttl: ttl}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.take(ctx, 1); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -273,90 +328,3 @@ func (c *Client) deadline(start time.Time, ttl time.Duration) time.Time {
 	return start.Add(ttl - Drift(ttl, c.driftFactor))
 }
 
-// Lock is one acquisition of a key. It is safe for concurrent use; Extend
-// and Release on the same Lock run one at a time.
-type Lock struct {
-	client *Client
-	key    string
-	value  string
-	keys   []string
-
-	mu    sync.Mutex   // serializes Extend and Release
-	until atomic.Int64 // deadline, in nanoseconds since client.epoch
-}
-
-// Key returns the lock's key, without the client's prefix.
-func (l *Lock) Key() string { return l.key }
-
-// Value returns the random value that identifies this acquisition.
-func (l *Lock) Value() string { return l.value }
-
-// Until returns the time until which the lock is safely held: a deadline on
-// the monotonic clock. After a Release, or once it has passed, the lock is
-// not held.
-func (l *Lock) Until() time.Time {
-	return l.client.epoch.Add(time.Duration(l.until.Load()))
-}
-
-// Held reports whether the lock's validity has not yet run out.
-func (l *Lock) Held() bool { return time.Now().Before(l.Until()) }
-
-func (l *Lock) setUntil(t time.Time) { l.until.Store(int64(t.Sub(l.client.epoch))) }
-
-// Extend sets the lock's TTL to ttl from now on every master that still
-// holds it with this value; a master where the key has gone is left alone.
-// It succeeds only if a quorum did so with validity left, and then moves
-// Until forward. If the lock's validity has already run out, Extend writes
-// nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
-// wrapping ErrNotHeld, and Until is unchanged.
-//
-// Extend blocks until the quorum is decided, at most NodeTimeout.
-func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	c := l.client
-	ttl, err := c.checkTTL(ttl)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.Held() {
-		return fmt.Errorf("%w: extend %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0))
-	}
-	start, err := c.do(ctx, &op{
-		name:     "extend",
-		key:      l.key,
-		script:   extendScript,
-		keys:     l.keys,
-		args:     []any{l.value, ttl.Milliseconds()},
-		ttl:      ttl,
-		sentinel: ErrNotHeld,
-	})
-	if err != nil {
-		return err
-	}
-	l.setUntil(c.deadline(start, ttl))
-	return nil
-}
-
-// Release deletes the lock on every master where it still holds this
-// value. It returns nil if a quorum held it (it was still ours), and a
-// *QuorumError wrapping ErrNotHeld if not: it had expired, was already
-// released, or too few masters answered. Either way the Lock is no longer
-// held afterwards, and calling Release again is harmless.
-//
-// Release blocks until the quorum is decided, at most NodeTimeout; the
-// delete still reaches slower masters in the background.
-func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.until.Store(0)
-	_, err := l.client.do(ctx, &op{
-		name:     "release",
-		key:      l.key,
-		script:   releaseScript,
-		keys:     l.keys,
-		args:     []any{l.value},
-		sentinel: ErrNotHeld,
-	})
-	return err
-}

@@ -1,28 +1,112 @@
 -- Every Lua script redlock runs on a master. Each section starts with a line
--- "--- name" and runs until the next one; scripts.go splits them at start-up.
--- All scripts return an integer: 1 when the master agrees, 0 when it does not.
+-- "--- name" and runs until the next one; node.go splits them at start-up.
+--
+-- All scripts of a lock named k take the same keys, which share the Redis
+-- Cluster hash tag {k}:
+--   KEYS[1] {k}        hash: owner, holds, token (exclusive, reentrant, write)
+--   KEYS[2] {k}:fence  fencing counter; never expires
+--   KEYS[3] {k}:r      read-write locks only: zset reader -> expiry (ms)
+--   KEYS[4] {k}:rh     read-write locks only: hash reader -> holds
+--   KEYS[5] {k}:ww     read-write locks only: write-wait marker (a writer)
+-- and the same arguments:
+--   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
+--   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms).
+-- A positive reply means the master agreed; 0 that it refused; -1 that the
+-- owner holds a read lock and asked for the write lock (an upgrade).
+-- Release publishes on channel {k} so that waiters retry at once.
 
 --- acquire
--- KEYS[1] lock key, ARGV[1] value, ARGV[2] TTL in milliseconds.
--- Takes the key only when it is free.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
+-- Exclusive, reentrant and write locks. Replies the lock's token (1 when
+-- not fencing). The owner's own lock is re-entered: holds set, TTL renewed.
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner then
+  if owner ~= ARGV[1] then return 0 end
+  redis.call('HSET', KEYS[1], 'holds', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(redis.call('HGET', KEYS[1], 'token'))
 end
-return 0
+if KEYS[3] then
+  local t = redis.call('TIME')
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[5])
+    return 0
+  end
+end
+local token = 1
+if ARGV[4] == '1' then token = redis.call('INCR', KEYS[2]) end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'holds', ARGV[3], 'token', token)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[5] and redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
+return token
+
+--- fence
+-- Raises the fencing counter to the token ARGV[3] where the owner still
+-- holds the lock, so that every later token is larger.
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+redis.call('HSET', KEYS[1], 'token', ARGV[3])
+return 1
 
 --- extend
--- KEYS[1] lock key, ARGV[1] value, ARGV[2] TTL in milliseconds.
--- Sets a new TTL only where the key still holds our value; a missing key is
+-- Sets a new TTL only where the owner still holds the lock; a missing key is
 -- never re-created.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
 --- release
--- KEYS[1] lock key, ARGV[1] value.
--- Deletes the key only where it still holds our value; 1 means it was held.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+-- Drops holds to ARGV[3] where the owner holds the lock; at 0 deletes it.
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('HSET', KEYS[1], 'holds', ARGV[3])
+  return 1
 end
-return 0
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[1], 'released')
+return 1
+
+--- read_acquire
+-- Granted unless another owner holds the write lock, or a writer waits and
+-- this owner does not read yet. Each reader expires on its own.
+local writer = redis.call('HGET', KEYS[1], 'owner')
+if writer and writer ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if not writer and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  local waiting = redis.call('GET', KEYS[5])
+  if waiting and waiting ~= ARGV[1] then return 0 end
+end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+for _, k in ipairs({KEYS[3], KEYS[4]}) do
+  if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
+end
+return 1
+
+--- read_extend
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+for _, k in ipairs({KEYS[3], KEYS[4]}) do
+  if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
+end
+return 1
+
+--- read_release
+local t = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+  return 1
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('PUBLISH', KEYS[1], 'released')
+return 1

@@ -1,0 +1,264 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lock is a lock held on a quorum of masters: one exclusive acquisition,
+// or an owner's holds on a reentrant, read or write lock. It is safe for
+// concurrent use; its operations run one at a time.
+type Lock struct {
+	client *Client
+	mode   *mode
+	key    string
+	value  string // the owner: random for Acquire
+	keys   []string
+	token  uint64 // set before the Lock is returned, then never changed
+
+	mu    sync.Mutex // serializes operations; guards the fields below
+	ttl   time.Duration
+	holds int
+	renew *renewal
+
+	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
+	released atomic.Bool  // the last hold is gone
+
+	sigMu   sync.Mutex // guards the lost-lock signal
+	sig     *lostSignal
+	lostErr error
+}
+
+// Key returns the lock's name, without the client's prefix.
+func (l *Lock) Key() string { return l.key }
+
+// Value returns the value that identifies the holder on the masters: a
+// random value for Acquire, the owner for the other kinds of lock.
+func (l *Lock) Value() string { return l.value }
+
+// Token returns the fencing token of this acquisition: larger than every
+// token handed out before for the same lock name, as long as no master
+// lost its data (restarted without persistence) while it mattered. Hand it
+// to the resource the lock protects, which must reject a token lower than
+// one it has already seen. Re-entering keeps the token. It is 0 for read
+// locks and with Options.NoFencing.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Holds returns how many times the owner holds the lock: 1 after acquire,
+// one more per Reenter, one less per Release.
+func (l *Lock) Holds() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holds
+}
+
+// Until returns the time until which the lock is safely held: a deadline on
+// the monotonic clock. After the last Release, or once it has passed, the
+// lock is not held.
+func (l *Lock) Until() time.Time {
+	return l.client.epoch.Add(time.Duration(l.until.Load()))
+}
+
+// Held reports whether the lock's validity has not yet run out.
+func (l *Lock) Held() bool { return time.Now().Before(l.Until()) }
+
+func (l *Lock) setUntil(t time.Time) {
+	l.until.Store(int64(t.Sub(l.client.epoch)))
+	l.sigMu.Lock()
+	if l.sig != nil && l.lostErr == nil {
+		l.sig.timer.Reset(time.Until(t))
+	}
+	l.sigMu.Unlock()
+}
+
+// args returns the script arguments (see scripts.lua).
+func (l *Lock) args(ttl time.Duration, holds int64) []any {
+	fence := "0"
+	if l.mode.fenced && l.client.fencing {
+		fence = "1"
+	}
+	return []any{l.value, ttl.Milliseconds(), holds, fence, l.client.writeWait.Milliseconds()}
+}
+
+// take runs the acquire round for the given number of holds: 1 for a new
+// lock, one more than now to re-enter. l.mu must be held.
+func (l *Lock) take(ctx context.Context, holds int) error {
+	c, m := l.client, l.mode
+	res, err := c.do(ctx, &op{
+		name:     "acquire",
+		key:      l.key,
+		script:   m.acquire,
+		undo:     m.release,
+		keys:     l.keys,
+		args:     l.args(l.ttl, int64(holds)),
+		undoArgs: l.args(l.ttl, int64(holds-1)),
+		orphaned: l.orphanArgs,
+		ttl:      l.ttl,
+		sentinel: ErrNotObtained,
+	})
+	if err != nil {
+		return err
+	}
+	until := c.deadline(res.start, l.ttl)
+	if holds == 1 && m.fenced && c.fencing {
+		if err := l.raiseFence(ctx, res, until); err != nil {
+			l.released.Store(true)
+			_ = l.releaseRound(context.WithoutCancel(ctx), 0)
+			return err
+		}
+		l.token = uint64(res.max)
+	}
+	l.holds = holds
+	l.setUntil(until)
+	return nil
+}
+
+// raiseFence makes the token final. The token is the largest counter among
+// the granting quorum; when those counters differ, a second round raises
+// them to the token where this owner still holds the lock, and needs a
+// quorum. Then every quorum that grants the lock later shares a master
+// whose counter is at least the token, and increments it: later tokens are
+// larger. When the counters agree, the granting quorum already is such a
+// quorum, and the second round is skipped.
+func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) error {
+	if !res.mixed {
+		return nil
+	}
+	if _, err := l.client.do(ctx, &op{
+		name:     "fence",
+		key:      l.key,
+		script:   fenceScript,
+		keys:     l.keys,
+		args:     l.args(l.ttl, res.max),
+		sentinel: ErrNotObtained,
+	}); err != nil {
+		return err
+	}
+	if !time.Now().Before(until) {
+		return fmt.Errorf("%w: acquire %q: validity ran out while raising the fencing token", ErrNotObtained, l.key)
+	}
+	return nil
+}
+
+// orphanArgs returns the arguments that delete the lock if it was released.
+func (l *Lock) orphanArgs() []any {
+	if !l.released.Load() {
+		return nil
+	}
+	return l.args(l.ttl, 0)
+}
+
+// releaseRound sets the owner's holds to holds on every master (0 deletes
+// the lock there).
+func (l *Lock) releaseRound(ctx context.Context, holds int) error {
+	_, err := l.client.do(ctx, &op{
+		name:     "release",
+		key:      l.key,
+		script:   l.mode.release,
+		keys:     l.keys,
+		args:     l.args(l.ttl, int64(holds)),
+		sentinel: ErrNotHeld,
+	})
+	return err
+}
+
+// Reenter adds one hold for the lock's owner and renews its TTL, over the
+// quorum. It needs the lock to be held (else ErrNotHeld, and nothing is
+// sent); it fails like an acquire, wrapping ErrNotObtained, and then the
+// holds are unchanged. It blocks for at most one quorum round.
+//
+// Every master stores the owner's hold count, sent as an absolute value by
+// each Reenter and Release. A master that missed one call is corrected by
+// the next, and the last Release deletes the lock on every master whatever
+// count it had: a lock is never left held after its owner's last release,
+// nor dropped while the owner still holds it.
+func (l *Lock) Reenter(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkHeld("reenter"); err != nil {
+		return err
+	}
+	return l.take(ctx, l.holds+1)
+}
+
+func (l *Lock) checkHeld(op string) error {
+	switch {
+	case l.holds == 0:
+		return fmt.Errorf("%w: %s %q: released", ErrNotHeld, op, l.key)
+	case !l.Held():
+		return fmt.Errorf("%w: %s %q: validity ran out at %v", ErrNotHeld, op, l.key, l.Until().Round(0))
+	}
+	return nil
+}
+
+// Extend sets the lock's TTL to ttl from now on every master that still
+// holds it for this owner; a master where the key has gone is left alone.
+// It succeeds only if a quorum did so with validity left, and then moves
+// Until forward. If the lock's validity has already run out, Extend writes
+// nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
+// wrapping ErrNotHeld, and Until is unchanged.
+//
+// Extend blocks until the quorum is decided, at most NodeTimeout.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	c := l.client
+	ttl, err := c.checkTTL(ttl)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkHeld("extend"); err != nil {
+		return err
+	}
+	res, err := c.do(ctx, &op{
+		name:     "extend",
+		key:      l.key,
+		script:   l.mode.extend,
+		keys:     l.keys,
+		args:     l.args(ttl, int64(l.holds)),
+		ttl:      ttl,
+		sentinel: ErrNotHeld,
+	})
+	if err != nil {
+		return err
+	}
+	l.ttl = ttl
+	l.setUntil(c.deadline(res.start, ttl))
+	return nil
+}
+
+// Release gives up one hold; the last one deletes the lock on every master
+// where this owner still holds it, and wakes waiters. It returns nil if a
+// quorum held it (it was still ours), and a *QuorumError wrapping ErrNotHeld
+// if not: it had expired, was already released, or too few masters
+// answered. Either way the hold is gone afterwards, and calling Release
+// again is harmless. The last Release stops auto-renewal before it sends
+// anything, and closes Done with ErrReleased.
+//
+// Release blocks until the quorum is decided, at most NodeTimeout; the
+// delete still reaches slower masters in the background.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if r := l.renew; r != nil && l.holds <= 1 {
+		l.renew = nil
+		l.mu.Unlock()
+		r.stop() // outside mu: a renewal in flight needs it
+		l.mu.Lock()
+	}
+	defer l.mu.Unlock()
+	l.holds = max(l.holds-1, 0)
+	if l.holds == 0 {
+		l.released.Store(true) // before the round: see orphanArgs
+		l.until.Store(0)
+		l.lose(ErrReleased)
+	}
+	return l.releaseRound(ctx, l.holds)
+}
+
+func (l *Lock) String() string {
+	return "redlock.Lock(" + strconv.Quote(l.key) + ")"
+}
