@@ -15,8 +15,8 @@ type fakeMaster struct {
 	data     map[string]string // lock key -> owner
 	counters map[string]int64  // lock key -> fencing counter
 	tokens   map[string]int64  // lock key -> token of its holder
-	calls    []string // script names, in call order; "EVAL" marks a fallback
-	cached   bool     // the script cache is loaded
+	calls    []string          // script names, in call order; "EVAL" marks a fallback
+	cached   bool              // the script cache is loaded
 	gate     chan struct{}
 	honorCtx bool  // a blocked call returns when its context ends
 	err      error // every call fails with it

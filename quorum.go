@@ -16,7 +16,7 @@ type op struct {
 	undo     *redis.Script // run where script may have applied, if the round fails; nil for none
 	keys     []string
 	args     []any
-	undoArgs []any         // arguments of undo
+	undoArgs []any // arguments of undo
 	// orphaned, if set, is asked after a successful round by each master
 	// that agreed after the decision: non-nil arguments mean the lock was
 	// released meanwhile, and undo runs there with them (a late agreement

@@ -90,6 +90,9 @@ type Client struct {
 	newValue    func() (string, error)
 	epoch       time.Time // monotonic origin of Lock deadlines
 
+	watchMu sync.Mutex
+	watches map[string]*watch // by channel
+
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
 	inflight sync.WaitGroup // calls to masters, including background ones
@@ -121,6 +124,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		writeWait:   opts.WriteWait,
 		newValue:    opts.NewValue,
 		epoch:       time.Now(),
+		watches:     map[string]*watch{},
 	}
 	if c.quorum == 0 {
 		c.quorum = n/2 + 1
@@ -327,4 +331,3 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 func (c *Client) deadline(start time.Time, ttl time.Duration) time.Time {
 	return start.Add(ttl - Drift(ttl, c.driftFactor))
 }
-

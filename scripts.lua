@@ -13,7 +13,7 @@
 --   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms).
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade).
--- Release publishes on channel {k} so that waiters retry at once.
+-- Release publishes the owner on channel {k} so that waiters retry at once.
 
 --- acquire
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
@@ -65,7 +65,7 @@ if tonumber(ARGV[3]) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[1], 'released')
+redis.call('PUBLISH', KEYS[1], ARGV[1])
 return 1
 
 --- read_acquire
@@ -108,5 +108,5 @@ if tonumber(ARGV[3]) > 0 then
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('PUBLISH', KEYS[1], 'released')
+redis.call('PUBLISH', KEYS[1], ARGV[1])
 return 1

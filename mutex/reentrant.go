@@ -1,0 +1,65 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/retry"
+)
+
+// Reentrant is a distributed lock on one key that its owner may lock
+// again. Go has no thread identity, so the owner is a value the caller
+// makes (redlock.NewOwner) and passes on to whatever runs on its behalf.
+// Each Lock by the owner adds a hold, each Unlock removes one, and the
+// last Unlock frees the lock; another owner waits meanwhile. The holds of
+// an owner are counted by the Reentrant that took them: use one Reentrant
+// per key in a process. It is safe for concurrent use.
+type Reentrant struct {
+	client  *redlock.Client
+	key     string
+	opts    Options
+	holders retry.Holders
+}
+
+// NewReentrant returns a Reentrant for key. It does no I/O and validates
+// like New.
+func NewReentrant(client *redlock.Client, key string, opts *Options) (*Reentrant, error) {
+	o, err := checkOptions(client, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Reentrant{client: client, key: key, opts: o}, nil
+}
+
+// Lock adds a hold for owner. If owner already holds the lock, it re-enters
+// at once (one quorum round, which also renews the TTL) and fails with
+// redlock.ErrNotHeld if the lock was lost meanwhile. Otherwise it blocks
+// like Mutex.Lock until owner holds the lock or ctx ends.
+func (r *Reentrant) Lock(ctx context.Context, owner string) error {
+	return r.lock(ctx, owner, true)
+}
+
+// TryLock is Lock without waiting: one attempt, an error wrapping
+// redlock.ErrNotObtained if another owner holds the lock.
+func (r *Reentrant) TryLock(ctx context.Context, owner string) error {
+	return r.lock(ctx, owner, false)
+}
+
+func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
+	return r.holders.Take(ctx, r.client, r.key, owner, false, block, r.opts, func(ctx context.Context) (*redlock.Lock, error) {
+		return r.client.AcquireAs(ctx, r.key, owner, r.opts.TTL)
+	})
+}
+
+// Unlock removes one of owner's holds; the last one releases the lock on
+// the masters. It returns an error wrapping redlock.ErrNotHeld if owner
+// holds nothing here (another owner's Unlock gets it too), or if a quorum
+// no longer held the lock. It blocks for at most one quorum round.
+func (r *Reentrant) Unlock(ctx context.Context, owner string) error {
+	return r.holders.Release(ctx, owner, fmt.Sprintf("mutex %q", r.key))
+}
+
+// Held returns the lock owner holds, or nil. Its Holds counts the holds;
+// Token, Done, Err and Context serve the work done under it.
+func (r *Reentrant) Held(owner string) *redlock.Lock { return r.holders.Get(owner) }
