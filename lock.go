@@ -81,7 +81,11 @@ func (l *Lock) args(ttl time.Duration, holds int64) []any {
 	if l.mode.fenced && l.client.fencing {
 		fence = "1"
 	}
-	return []any{l.value, ttl.Milliseconds(), holds, fence, l.client.writeWait.Milliseconds()}
+	var wait int64
+	if l.mode.waits {
+		wait = l.client.writeWait.Milliseconds()
+	}
+	return []any{l.value, ttl.Milliseconds(), holds, fence, wait}
 }
 
 // take runs the acquire round for the given number of holds: 1 for a new

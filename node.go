@@ -27,12 +27,14 @@ type mode struct {
 	acquire, extend, release *redis.Script
 	fenced                   bool // acquisitions hand out fencing tokens
 	rw                       bool // a read-write lock: five keys
+	waits                    bool // a writer that leaves the write-wait marker
 }
 
 var (
-	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), fenced: true}
-	writeMode     = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true}
-	readMode      = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
+	exclusiveMode    = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), fenced: true}
+	writeMode        = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true}
+	waitingWriteMode = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true, waits: true}
+	readMode         = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
 )
 
 // keys returns the keys of the lock named key, in the order scripts.lua

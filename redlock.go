@@ -229,14 +229,16 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close waits until no call to a master is running, including the ones an
-// earlier operation left in the background (each bounded by NodeTimeout,
-// or by the go-redis client's own timeouts if it ignores contexts). Later
-// operations return ErrClosed. Close does not close the go-redis clients.
+// Close ends the client's release subscriptions and waits until no call to
+// a master is running, including the ones an earlier operation left in the
+// background (each bounded by NodeTimeout, or by the go-redis client's own
+// timeouts if it ignores contexts). Later operations return ErrClosed.
+// Close does not close the go-redis clients. Close Wakers before.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.closeWatches()
 	c.inflight.Wait()
 	return nil
 }
@@ -273,12 +275,17 @@ func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Dura
 
 // AcquireWrite takes the write side of the read-write lock named key for
 // owner: granted when no other owner holds it for writing and no reader
-// holds it. While readers hold it, the attempt leaves a write-wait marker
-// (it lives Options.WriteWait) that keeps new readers out, so that writers
-// are not starved. It fails with an error matching ErrUpgrade if owner
-// holds a read lock on key. Blocking and errors are those of Acquire.
-func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
-	return c.acquire(ctx, writeMode, key, owner, ttl)
+// holds it. If waiting (the caller will retry) and readers hold it, the
+// attempt leaves a write-wait marker that keeps new readers out for
+// Options.WriteWait, so that writers are not starved. It fails with an
+// error matching ErrUpgrade if owner holds a read lock on key. Blocking and
+// errors are those of Acquire.
+func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration, waiting bool) (*Lock, error) {
+	m := writeMode
+	if waiting {
+		m = waitingWriteMode
+	}
+	return c.acquire(ctx, m, key, owner, ttl)
 }
 
 // AcquireRead takes the read side of the read-write lock named key for

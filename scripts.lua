@@ -10,7 +10,8 @@
 --   KEYS[5] {k}:ww     read-write locks only: write-wait marker (a writer)
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
---   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms).
+--   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms),
+--   0 for a writer that will not wait.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade).
 -- Release publishes the owner on channel {k} so that waiters retry at once.
@@ -30,7 +31,7 @@ if KEYS[3] then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
   if redis.call('ZCARD', KEYS[3]) > 0 then
-    redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[5])
+    if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[5]) end
     return 0
   end
 end

@@ -37,7 +37,8 @@ type Waker struct {
 type watch struct {
 	subs   []*redis.PubSub
 	done   sync.WaitGroup
-	refs   int // guarded by Client.watchMu
+	refs   int         // guarded by Client.watchMu
+	idle   *time.Timer // ends an unused subscription; guarded by Client.watchMu
 	window time.Duration
 
 	mu     sync.Mutex
@@ -71,6 +72,10 @@ func (c *Client) NewWaker(key string, all bool) *Waker {
 		}
 		c.watches[channel] = w
 	}
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle = nil
+	}
 	w.refs++
 	c.watchMu.Unlock()
 	k.w = w
@@ -80,26 +85,58 @@ func (c *Client) NewWaker(key string, all bool) *Waker {
 	return k
 }
 
-// Close stops this Waker; the last one of a lock name ends the
-// subscription and waits for its goroutines.
+// watchLinger is how long a subscription nobody waits on is kept, so that
+// waiters coming and going do not subscribe anew each time.
+const watchLinger = 2 * time.Second
+
+// Close stops this Waker. The subscription of a lock name ends a while
+// after its last Waker is closed, or at Client.Close.
 func (k *Waker) Close() {
 	c, w := k.client, k.w
 	w.mu.Lock()
 	w.wakers = slices.DeleteFunc(w.wakers, func(x *Waker) bool { return x == k })
 	w.mu.Unlock()
 	c.watchMu.Lock()
-	w.refs--
-	last := w.refs == 0
-	if last {
-		delete(c.watches, k.channel)
+	defer c.watchMu.Unlock()
+	if w.refs--; w.refs == 0 {
+		w.idle = time.AfterFunc(watchLinger, func() { c.unwatch(k.channel, w) })
+	}
+}
+
+// unwatch ends the subscription on channel if it is still unused.
+func (c *Client) unwatch(channel string, w *watch) {
+	c.watchMu.Lock()
+	unused := w.refs == 0 && c.watches[channel] == w
+	if unused {
+		delete(c.watches, channel)
 	}
 	c.watchMu.Unlock()
-	if last {
-		for _, ps := range w.subs {
-			_ = ps.Close()
-		}
-		w.done.Wait()
+	if unused {
+		w.close()
 	}
+}
+
+// closeWatches ends every subscription.
+func (c *Client) closeWatches() {
+	c.watchMu.Lock()
+	ws := c.watches
+	c.watches = map[string]*watch{}
+	for _, w := range ws {
+		if w.idle != nil {
+			w.idle.Stop()
+		}
+	}
+	c.watchMu.Unlock()
+	for _, w := range ws {
+		w.close()
+	}
+}
+
+func (w *watch) close() {
+	for _, ps := range w.subs {
+		_ = ps.Close()
+	}
+	w.done.Wait()
 }
 
 func (w *watch) forward(msgs <-chan *redis.Message) {

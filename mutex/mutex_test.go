@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func setup(t *testing.T) *redlock.Client {
 	t.Helper()
 	cl := integration.NewCluster(t, 3)
-	c, err := redlock.New(cl.Clients(), nil)
+	c, err := redlock.New(cl.Clients(), &redlock.Options{NodeTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -122,10 +122,10 @@ func TestSharedMutexSerializesGoroutines(t *testing.T) {
 func TestUnlockAfterExpiry(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	m, err := mutex.New(c, "k", &mutex.Options{TTL: 100 * time.Millisecond})
+	m, err := mutex.New(c, "k", &mutex.Options{TTL: 300 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, m.Lock(ctx))
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 	require.ErrorIs(t, m.Extend(ctx), redlock.ErrNotHeld)
 	require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the holder learns the lock had expired")
 	require.NoError(t, m.TryLock(ctx), "unlocked afterwards")

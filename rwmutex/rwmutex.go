@@ -69,8 +69,7 @@ func (m *RWMutex) Lock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.writers, owner, false, true)
 }
 
-// TryLock is Lock without waiting. It still leaves the write-wait marker
-// while readers hold the lock (for redlock.Options.WriteWait).
+// TryLock is Lock without waiting; it leaves no write-wait marker.
 func (m *RWMutex) TryLock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.writers, owner, false, false)
 }
@@ -79,13 +78,12 @@ func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, r
 	if !read && m.readers.Get(owner) != nil && m.writers.Get(owner) == nil {
 		return fmt.Errorf("rwmutex %q: owner %q: %w", m.key, owner, redlock.ErrUpgrade)
 	}
-	acquire := m.client.AcquireWrite
-	if read {
-		acquire = m.client.AcquireRead
-	}
 	// A release may admit every waiting reader, but only one writer.
 	return side.Take(ctx, m.client, m.key, owner, read, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
-		return acquire(ctx, m.key, owner, m.opts.TTL)
+		if read {
+			return m.client.AcquireRead(ctx, m.key, owner, m.opts.TTL)
+		}
+		return m.client.AcquireWrite(ctx, m.key, owner, m.opts.TTL, block)
 	})
 }
 

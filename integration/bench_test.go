@@ -1,0 +1,95 @@
+package integration_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+// BenchmarkAcquireRelease measures one uncontended acquire+release on five
+// masters, from one goroutine and from several on distinct keys.
+func BenchmarkAcquireRelease(b *testing.B) {
+	cl := integration.NewCluster(b, 5)
+	c, err := redlock.New(cl.Clients(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.LoadScripts(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, goroutines := range []int{1, 16} {
+		b.Run("goroutines="+strconv.Itoa(goroutines), func(b *testing.B) {
+			var next atomic.Int64
+			b.SetParallelism(goroutines)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				key := "bench-" + strconv.FormatInt(next.Add(1), 10)
+				for pb.Next() {
+					l, err := c.Acquire(ctx, key, 10*time.Second)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkContended measures acquisitions of one key by 16 goroutines,
+// each with its own Mutex on one client, and the scripts run per
+// acquisition on the masters.
+func BenchmarkContended(b *testing.B) {
+	cl := integration.NewCluster(b, 5)
+	c, err := redlock.New(cl.Clients(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	before := scriptCalls(b, cl)
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		m, err := mutex.New(c, "contended", &mutex.Options{TTL: 10 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			if err := m.Lock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(scriptCalls(b, cl)-before)/float64(b.N), "scripts/acquisition")
+}
+
+func scriptCalls(b *testing.B, cl *integration.Cluster) int {
+	n := 0
+	for i := range cl.Masters {
+		info, err := cl.Admin(i).Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += statCalls(info, "evalsha") + statCalls(info, "eval")
+	}
+	return n
+}

@@ -1,0 +1,373 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
+	"github.com/go-redlock/redlock/rwmutex"
+)
+
+var fast = &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}
+
+func TestReentrantLockThreeTimes(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	r, err := mutex.NewReentrant(c, "job", fast)
+	require.NoError(t, err)
+	other, err := mutex.NewReentrant(newClient(t, cl, nil), "job", fast)
+	require.NoError(t, err)
+	alice, bob := redlock.NewOwner(), redlock.NewOwner()
+
+	for range 3 {
+		require.NoError(t, r.Lock(ctx, alice))
+	}
+	token := r.Held(alice).Token()
+	assert.Equal(t, 3, r.Held(alice).Holds())
+	bobGot := make(chan error, 1)
+	go func() { bobGot <- other.Lock(ctx, bob) }()
+	require.ErrorIs(t, r.Unlock(ctx, bob), redlock.ErrNotHeld, "a non-owner cannot unlock")
+	for i := range 3 {
+		select {
+		case err := <-bobGot:
+			t.Fatalf("bob locked while alice held %d holds: %v", 3-i, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		assert.Equal(t, token, r.Held(alice).Token(), "re-entering keeps the token")
+		require.NoError(t, r.Unlock(ctx, alice))
+	}
+	assert.Nil(t, r.Held(alice))
+	select {
+	case err := <-bobGot:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("bob did not get the lock after alice's third unlock")
+	}
+	assert.Greater(t, other.Held(bob).Token(), token)
+	require.NoError(t, other.Unlock(ctx, bob))
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+// TestReentrantDivergedHoldCounts: masters that missed a reentrant call keep
+// a wrong count. The rule (absolute counts, last release deletes) must
+// neither drop the lock while the owner holds it nor keep it afterwards.
+func TestReentrantDivergedHoldCounts(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	r, err := mutex.NewReentrant(c, "job", fast)
+	require.NoError(t, err)
+	owner := redlock.NewOwner()
+	require.NoError(t, r.Lock(ctx, owner))
+	require.NoError(t, r.Lock(ctx, owner))
+	waitHeldEverywhere(t, cl, r.Held(owner))
+	// Master 0 missed the second lock; master 1 saw a third one that failed elsewhere.
+	require.NoError(t, cl.Admin(0).HSet(ctx, "{job}", "holds", 1).Err())
+	require.NoError(t, cl.Admin(1).HSet(ctx, "{job}", "holds", 3).Err())
+
+	require.NoError(t, r.Unlock(ctx, owner))
+	assert.Equal(t, repeat(owner, 5), values(t, cl, "job"), "still held on every master, master 0 included")
+	for i := range cl.Masters {
+		holds, err := cl.Admin(i).HGet(ctx, "{job}", "holds").Result()
+		require.NoError(t, err)
+		assert.Equal(t, "1", holds, "counts converge on master %d", i)
+	}
+	require.NoError(t, r.Unlock(ctx, owner))
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+func TestReadersShareWritersExclude(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	m, err := rwmutex.New(c, "doc", fast)
+	require.NoError(t, err)
+
+	readers := make([]string, 8)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range readers {
+		readers[i] = redlock.NewOwner()
+		g.Go(func() error { return m.TryRLock(gctx, readers[i]) })
+	}
+	require.NoError(t, g.Wait(), "eight readers hold it at once")
+	writer := redlock.NewOwner()
+	require.ErrorIs(t, m.TryLock(ctx, writer), redlock.ErrNotObtained)
+	for _, r := range readers {
+		require.NoError(t, m.RUnlock(ctx, r))
+	}
+	require.NoError(t, m.TryLock(ctx, writer))
+	assert.NotZero(t, m.Writer(writer).Token())
+	require.ErrorIs(t, m.TryRLock(ctx, readers[0]), redlock.ErrNotObtained, "a writer excludes readers")
+	require.ErrorIs(t, m.TryLock(ctx, readers[1]), redlock.ErrNotObtained, "and writers")
+	require.NoError(t, m.Unlock(ctx, writer))
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+// TestWriterNotStarvedByReaders runs four readers, staggered, that each
+// hold the lock 20ms and come back at once: the lock is never free of
+// readers. A writer must still get in, after a bounded number of reader
+// turns.
+func TestWriterNotStarvedByReaders(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := rwmutex.New(c, "doc", fast)
+	require.NoError(t, err)
+
+	var turns, inside atomic.Int64
+	var writerWaiting atomic.Bool
+	var turnsWhileWaiting atomic.Int64
+	stop := make(chan struct{})
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range 4 {
+		g.Go(func() error {
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+			for n := 0; n < 10000; n++ {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				owner := redlock.NewOwner()
+				if err := m.RLock(gctx, owner); err != nil {
+					return err
+				}
+				inside.Add(1)
+				turns.Add(1)
+				if writerWaiting.Load() {
+					turnsWhileWaiting.Add(1)
+				}
+				time.Sleep(20 * time.Millisecond)
+				inside.Add(-1)
+				if err := m.RUnlock(gctx, owner); err != nil {
+					return err
+				}
+			}
+			return errors.New("readers ran out of turns")
+		})
+	}
+	require.Eventually(t, func() bool { return turns.Load() >= 20 }, 10*time.Second, time.Millisecond, "readers stream")
+	writer := redlock.NewOwner()
+	assert.Positive(t, inside.Load(), "readers hold the lock when the writer comes")
+	writerWaiting.Store(true)
+	start := time.Now()
+	require.NoError(t, m.Lock(ctx, writer))
+	writerWaiting.Store(false)
+	waited := time.Since(start)
+	assert.Zero(t, inside.Load(), "no reader inside with the writer")
+	require.NoError(t, m.Unlock(ctx, writer))
+	close(stop)
+	require.NoError(t, g.Wait())
+	t.Logf("writer waited %v; %d reader turns began meanwhile (of %d)", waited, turnsWhileWaiting.Load(), turns.Load())
+	assert.LessOrEqual(t, turnsWhileWaiting.Load(), int64(8), "new readers wait for the writer")
+}
+
+func TestCrashedReaderExpires(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx := context.Background()
+	crashed, err := rwmutex.New(newClient(t, cl, nil), "doc", &rwmutex.Options{TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, crashed.RLock(ctx, redlock.NewOwner())) // and never unlocks
+
+	m, err := rwmutex.New(newClient(t, cl, nil), "doc", fast)
+	require.NoError(t, err)
+	writer := redlock.NewOwner()
+	require.ErrorIs(t, m.TryLock(ctx, writer), redlock.ErrNotObtained)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, m.Lock(wctx, writer), "the reader's hold expired on its own")
+	require.NoError(t, m.Unlock(ctx, writer))
+}
+
+func TestDowngradeAndRefusedUpgrade(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	m, err := rwmutex.New(c, "doc", fast)
+	require.NoError(t, err)
+	owner, other := redlock.NewOwner(), redlock.NewOwner()
+
+	require.NoError(t, m.Lock(ctx, owner))
+	require.NoError(t, m.RLock(ctx, owner), "a writer may also read")
+	require.NoError(t, m.Unlock(ctx, owner), "downgrade: the read lock stays")
+	require.NoError(t, m.TryRLock(ctx, other), "readers share again")
+	require.ErrorIs(t, m.TryLock(ctx, redlock.NewOwner()), redlock.ErrNotObtained)
+
+	start := time.Now()
+	err = m.Lock(ctx, owner)
+	require.ErrorIs(t, err, redlock.ErrUpgrade, "upgrade refused, not waited for")
+	assert.Less(t, time.Since(start), time.Second)
+	// The masters refuse it too, for a holder this process does not know of.
+	_, err = c.AcquireWrite(ctx, "doc", other, time.Second, false)
+	require.ErrorIs(t, err, redlock.ErrUpgrade)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+
+	require.NoError(t, m.RUnlock(ctx, owner))
+	require.NoError(t, m.RUnlock(ctx, other))
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+func TestAutoRenewKeepsLockThroughFiveTTLs(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	m, err := mutex.New(c, "job", &mutex.Options{TTL: ttl, AutoRenew: true})
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	l := m.Held()
+	other, err := mutex.New(newClient(t, cl, nil), "job", &mutex.Options{TTL: ttl})
+	require.NoError(t, err)
+
+	// A master failing meanwhile is a minority: renewal goes on.
+	require.NoError(t, cl.Masters[4].Kill(ctx))
+	for end := time.Now().Add(5 * ttl); time.Now().Before(end); time.Sleep(ttl / 4) {
+		require.NoError(t, l.Err(), "still held")
+		require.ErrorIs(t, other.TryLock(ctx), redlock.ErrNotObtained)
+	}
+	require.NoError(t, m.Unlock(ctx))
+	require.ErrorIs(t, l.Err(), redlock.ErrReleased)
+
+	before := evalCalls(t, cl)
+	time.Sleep(2 * ttl)
+	assert.Equal(t, before, evalCalls(t, cl), "no renewal after Unlock returned")
+}
+
+func TestLostSignalWhenQuorumIsGone(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	const ttl = time.Second
+	m, err := mutex.New(c, "job", &mutex.Options{TTL: ttl, AutoRenew: true})
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	l := m.Held()
+	for _, master := range cl.Masters[:3] {
+		require.NoError(t, master.Kill(ctx))
+	}
+	killed := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(5 * ttl):
+		t.Fatal("lost-lock signal did not fire")
+	}
+	fired := time.Now()
+	t.Logf("signal %v after the kill; validity ended %v after it", fired.Sub(killed), l.Until().Sub(killed))
+	assert.False(t, fired.After(l.Until().Add(20*time.Millisecond)), "fired within the lock's validity")
+	require.ErrorIs(t, l.Err(), redlock.ErrNotHeld)
+	assert.ErrorIs(t, context.Cause(l.Context()), redlock.ErrNotHeld)
+	require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld)
+}
+
+// TestWakeOnRelease: a waiter whose fallback timer is far off gets the lock
+// promptly after the release, with few commands.
+func TestWakeOnRelease(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx := context.Background()
+	holder, err := mutex.New(newClient(t, cl, nil), "job", fast)
+	require.NoError(t, err)
+	waiter, err := mutex.New(newClient(t, cl, nil), "job", &mutex.Options{MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, holder.Lock(ctx))
+	before := sum(evalCalls(t, cl))
+
+	got := make(chan time.Time, 1)
+	go func() {
+		if waiter.Lock(ctx) == nil {
+			got <- time.Now()
+		}
+		close(got)
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is subscribed and idle
+	idle := sum(evalCalls(t, cl)) - before
+	released := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	at, ok := <-got
+	require.True(t, ok, "waiter failed")
+	t.Logf("acquired %v after the release; %d scripts ran while waiting", at.Sub(released), idle)
+	assert.Less(t, at.Sub(released), 2*time.Second, "woken by the release, not by its 10s+ fallback timer")
+	assert.LessOrEqual(t, idle, 2*5, "two attempts on five masters while waiting, no polling")
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// fencedResource accepts a write only with a token at least as large as
+// any it has seen.
+type fencedResource struct {
+	mu       sync.Mutex
+	maxToken uint64
+	writes   int
+	rejected int
+}
+
+func (r *fencedResource) write(token uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if token < r.maxToken {
+		r.rejected++
+		return false
+	}
+	r.maxToken = token
+	r.writes++
+	return true
+}
+
+func TestFencingTokensStrictlyIncrease(t *testing.T) {
+	const clients, acquisitions = 8, 500
+	cl := integration.NewCluster(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var res fencedResource
+	var last atomic.Uint64
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range clients {
+		c := newClient(t, cl, &redlock.Options{NodeTimeout: 500 * time.Millisecond})
+		m, err := mutex.New(c, "fenced", fast)
+		require.NoError(t, err)
+		g.Go(func() error {
+			for i := range acquisitions {
+				if err := m.Lock(gctx); err != nil {
+					return fmt.Errorf("client %d, acquisition %d: %w", w, i, err)
+				}
+				token := m.Held().Token()
+				if prev := last.Swap(token); token <= prev {
+					return fmt.Errorf("token %d after %d", token, prev)
+				}
+				if !res.write(token) {
+					return fmt.Errorf("token %d rejected", token)
+				}
+				if err := m.Unlock(gctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	assert.Equal(t, clients*acquisitions, res.writes)
+	assert.Zero(t, res.rejected)
+}
