@@ -238,9 +238,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // Release gives up one hold; the last one deletes the lock on every master
 // where this owner still holds it, and wakes waiters. It returns nil if a
 // quorum held it (it was still ours), and a *QuorumError wrapping ErrNotHeld
-// if not: it had expired, was already released, or too few masters
-// answered. Either way the hold is gone afterwards, and calling Release
-// again is harmless. The last Release stops auto-renewal before it sends
+// if not: it had expired, or too few masters answered. Either way the hold
+// is gone afterwards. Calling Release after the last hold is gone sends
+// nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
 // anything, and closes Done with ErrReleased.
 //
 // Release blocks until the quorum is decided, at most NodeTimeout; the
@@ -254,7 +254,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Lock()
 	}
 	defer l.mu.Unlock()
-	l.holds = max(l.holds-1, 0)
+	if l.holds == 0 {
+		// Sending it again could delete the same owner's next lock.
+		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
+	}
+	l.holds--
 	if l.holds == 0 {
 		l.released.Store(true) // before the round: see orphanArgs
 		l.until.Store(0)

@@ -35,13 +35,15 @@ type Waker struct {
 
 // watch is the shared subscription of one lock name.
 type watch struct {
-	subs   []*redis.PubSub
+	cancel context.CancelFunc // ends subscriptions still dialling
 	done   sync.WaitGroup
 	refs   int         // guarded by Client.watchMu
 	idle   *time.Timer // ends an unused subscription; guarded by Client.watchMu
 	window time.Duration
 
 	mu     sync.Mutex
+	subs   []*redis.PubSub
+	closed bool
 	wakers []*Waker // one-wakers rotate: the first is woken next
 	last   string   // the last release seen, and when: every master
 	lastAt time.Time
@@ -59,16 +61,14 @@ func (c *Client) NewWaker(key string, all bool) *Waker {
 	c.watchMu.Lock()
 	w := c.watches[channel]
 	if w == nil {
+		var ctx context.Context
 		w = &watch{window: c.nodeTimeout}
+		ctx, w.cancel = context.WithCancel(context.Background())
 		for i := range c.nodes {
-			s, ok := c.nodes[i].client.(subscriber)
-			if !ok {
-				continue
+			if s, ok := c.nodes[i].client.(subscriber); ok {
+				w.done.Add(1)
+				go w.follow(ctx, s, channel)
 			}
-			ps := s.Subscribe(context.Background(), channel)
-			w.subs = append(w.subs, ps)
-			w.done.Add(1)
-			go w.forward(ps.Channel())
 		}
 		c.watches[channel] = w
 	}
@@ -133,15 +133,31 @@ func (c *Client) closeWatches() {
 }
 
 func (w *watch) close() {
-	for _, ps := range w.subs {
+	w.mu.Lock()
+	w.closed = true
+	subs := w.subs
+	w.mu.Unlock()
+	w.cancel()
+	for _, ps := range subs {
 		_ = ps.Close()
 	}
 	w.done.Wait()
 }
 
-func (w *watch) forward(msgs <-chan *redis.Message) {
+// follow subscribes to one master, in the background as a master may be
+// slow to dial, and wakes waiters on its messages until the watch closes.
+func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 	defer w.done.Done()
-	for m := range msgs {
+	ps := s.Subscribe(ctx, channel)
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		_ = ps.Close()
+		return
+	}
+	w.subs = append(w.subs, ps)
+	w.mu.Unlock()
+	for m := range ps.Channel() {
 		w.wake(m.Payload)
 	}
 }
