@@ -107,11 +107,7 @@ func (m *Mutex) acquire(ctx context.Context, block bool) error {
 // holder's). Either way the Mutex is unlocked afterwards. It blocks for at
 // most one quorum round.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	var l *redlock.Lock
-	_ = m.holds.With("", func(lock **redlock.Lock) error {
-		l, *lock = *lock, nil
-		return nil
-	})
+	l := m.holds.Drop("")
 	if l == nil {
 		return fmt.Errorf("%w: mutex %q is not locked", redlock.ErrNotHeld, m.key)
 	}

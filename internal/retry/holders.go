@@ -4,27 +4,30 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-redlock/redlock"
 )
 
 // Holders keeps, per owner, the lock that owner holds through one handle.
-// Calls for one owner run one at a time; other owners are not held up. The
-// zero value is ready; it is safe for concurrent use.
+// Changes for one owner run one at a time (a blocked Lock holds up only
+// its own owner); reads never wait. The zero value is ready; it is safe
+// for concurrent use.
 type Holders struct {
 	mu sync.Mutex
 	m  map[string]*holder
 }
 
 type holder struct {
-	mu    sync.Mutex
-	lock  *redlock.Lock
+	mu    sync.Mutex // serializes changes
+	lock  atomic.Pointer[redlock.Lock]
 	users int // calls using this holder; guarded by Holders.mu
 }
 
-// With runs f on the owner's lock slot (nil when the owner holds nothing
-// here) while no other call for the same owner runs.
-func (h *Holders) With(owner string, f func(lock **redlock.Lock) error) error {
+// with runs f with the owner's lock (nil when the owner holds nothing
+// here) while no other change for the same owner runs, and stores the
+// lock f returns.
+func (h *Holders) with(owner string, f func(*redlock.Lock) (*redlock.Lock, error)) error {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = map[string]*holder{}
@@ -38,27 +41,26 @@ func (h *Holders) With(owner string, f func(lock **redlock.Lock) error) error {
 	h.mu.Unlock()
 
 	o.mu.Lock()
-	err := f(&o.lock)
-	empty := o.lock == nil
+	l, err := f(o.lock.Load())
+	o.lock.Store(l)
 	o.mu.Unlock()
 
 	h.mu.Lock()
-	o.users--
-	if o.users == 0 && empty {
+	if o.users--; o.users == 0 && l == nil {
 		delete(h.m, owner)
 	}
 	h.mu.Unlock()
 	return err
 }
 
-// Get returns the lock the owner holds here, or nil.
+// Get returns the lock the owner holds here, or nil. It does not wait.
 func (h *Holders) Get(owner string) *redlock.Lock {
-	var l *redlock.Lock
-	_ = h.With(owner, func(lock **redlock.Lock) error {
-		l = *lock
-		return nil
-	})
-	return l
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o := h.m[owner]; o != nil {
+		return o.lock.Load()
+	}
+	return nil
 }
 
 // Take adds a hold for owner: it re-enters the lock the owner holds here,
@@ -66,17 +68,18 @@ func (h *Holders) Get(owner string) *redlock.Lock {
 // automatically with opts.AutoRenew.
 func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string, wakeAll, block bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) error {
-	return h.With(owner, func(lock **redlock.Lock) error {
-		if *lock != nil {
-			return (*lock).Reenter(ctx)
+	return h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
+		if l != nil {
+			return l, l.Reenter(ctx)
 		}
-		var err error
 		if block {
-			*lock, err = Wait(ctx, c, key, wakeAll, opts, try)
-		} else if *lock, err = try(ctx); err == nil && opts.AutoRenew {
-			(*lock).AutoRenew()
+			return Wait(ctx, c, key, wakeAll, opts, try)
 		}
-		return err
+		l, err := try(ctx)
+		if err == nil && opts.AutoRenew {
+			l.AutoRenew()
+		}
+		return l, err
 	})
 }
 
@@ -84,15 +87,24 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
 // here; what names the lock in that error.
 func (h *Holders) Release(ctx context.Context, owner, what string) error {
-	return h.With(owner, func(lock **redlock.Lock) error {
-		l := *lock
+	return h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
 		if l == nil {
-			return fmt.Errorf("%w: %s is not held by owner %q", redlock.ErrNotHeld, what, owner)
+			return nil, fmt.Errorf("%w: %s is not held by owner %q", redlock.ErrNotHeld, what, owner)
 		}
 		err := l.Release(ctx)
 		if l.Holds() == 0 {
-			*lock = nil
+			l = nil
 		}
-		return err
+		return l, err
 	})
+}
+
+// Drop forgets the lock owner holds here and returns it, or nil.
+func (h *Holders) Drop(owner string) *redlock.Lock {
+	var dropped *redlock.Lock
+	_ = h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
+		dropped = l
+		return nil, nil
+	})
+	return dropped
 }

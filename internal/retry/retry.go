@@ -103,8 +103,6 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
 		select {
 		case <-waker.C:
-			// Others heard the same release: fall out of step with them.
-			time.Sleep(rand.N(opts.MinRetryDelay/2 + 1))
 		case <-timer.C:
 			delay = min(2*delay, opts.MaxRetryDelay)
 		case <-ctx.Done():
