@@ -1,0 +1,24 @@
+# Entry points; the real work is in scripts/ so that CI (.ci/run) and
+# developers run the same commands.
+# To add a target: give it a line in .PHONY and a recipe below.
+
+GO ?= go
+
+.PHONY: all deps demo test bench bench-quick
+
+all: test
+
+deps: ## install redis-server and faketime (apt-get, as root)
+	scripts/install-deps.sh
+
+demo: deps ## run the live Redlock demo on five local masters
+	$(GO) run ./cmd/redlock demo
+
+test: ## gofmt, vet and the whole test suite with -race (the CI command)
+	scripts/test.sh
+
+bench: ## run the benchmark suites and write BENCHMARKS.md and docs/bench/*.png (about 10 min)
+	cd bench && $(GO) run ./cmd/benchreport
+
+bench-quick: ## a one-minute smoke run of the same (numbers not meaningful)
+	cd bench && $(GO) run ./cmd/benchreport -quick -noprofile

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+// Tunables of the demo that are not flags.
+const (
+	localMasters  = 5
+	demoKey       = "redlock-demo"
+	holdFor       = 200 * time.Microsecond // the read-modify-write's pause
+	minBackoff    = time.Millisecond       // after a failed attempt, doubling...
+	maxBackoff    = 32 * time.Millisecond  // ...up to this, jittered
+	maxThink      = time.Millisecond       // random pause after an unlock
+	unlockTimeout = time.Second
+	pingTimeout   = 150 * time.Millisecond
+	clientTimeout = 200 * time.Millisecond // of the -masters go-redis clients
+)
+
+// config is one demo run.
+type config struct {
+	workers  int
+	duration time.Duration
+	ttl      time.Duration
+	key      string
+
+	// masters are running masters to use, with no faults injected; when
+	// empty, run starts localMasters processes and injects faults.
+	masters []string
+	// cluster, if not nil, is used instead of starting masters (tests); run
+	// injects faults into it but does not close it.
+	cluster *integration.Cluster
+}
+
+func defaultConfig() config {
+	return config{workers: 8, duration: 12 * time.Second, ttl: time.Second, key: demoKey}
+}
+
+func (c config) validate() error {
+	switch {
+	case c.workers < 1:
+		return fmt.Errorf("-workers %d: need at least 1", c.workers)
+	case c.duration <= 0:
+		return fmt.Errorf("-duration %v: must be positive", c.duration)
+	case c.ttl <= redlock.DefaultNodeTimeout:
+		return fmt.Errorf("-ttl %v: must be longer than the node timeout (%v)", c.ttl, redlock.DefaultNodeTimeout)
+	case c.key == "":
+		return errors.New("empty key")
+	}
+	return nil
+}
+
+// masterSet is the masters a run uses.
+type masterSet struct {
+	desc    string
+	clients []*redis.Client
+	cluster *integration.Cluster // nil for -masters: no fault injection
+	close   func() error
+}
+
+// openMasters starts, adopts or dials the masters of cfg. Starting is
+// bounded by ctx.
+func openMasters(ctx context.Context, cfg config) (*masterSet, error) {
+	switch {
+	case cfg.cluster != nil:
+		c := cfg.cluster
+		return &masterSet{desc: fmt.Sprintf("%d given masters", len(c.Masters)), clients: c.Clients(), cluster: c,
+			close: func() error { return nil }}, nil
+	case len(cfg.masters) > 0:
+		ms := &masterSet{desc: fmt.Sprintf("%d masters from -masters (no faults injected)", len(cfg.masters))}
+		for _, addr := range cfg.masters {
+			ms.clients = append(ms.clients, redis.NewClient(&redis.Options{
+				Addr:                     addr,
+				DialTimeout:              clientTimeout,
+				ReadTimeout:              clientTimeout,
+				WriteTimeout:             clientTimeout,
+				ContextTimeoutEnabled:    true,
+				MaxRetries:               -1,
+				DialerRetries:            1,
+				DisableIdentity:          true,
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			}))
+		}
+		ms.close = func() error {
+			var errs []error
+			for _, cl := range ms.clients {
+				errs = append(errs, cl.Close())
+			}
+			return errors.Join(errs...)
+		}
+		return ms, nil
+	default:
+		c, err := integration.StartProcesses(ctx, localMasters, integration.ProcessOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return &masterSet{desc: fmt.Sprintf("%d local redis-server masters", localMasters), clients: c.Clients(), cluster: c,
+			close: c.Close}, nil
+	}
+}
+
+// ping returns how many masters answer PING within pingTimeout, asking
+// all of them at once, and the errors of the others. A failed PING is
+// tried once more within the timeout: after a master restarted, the first
+// use of each pooled connection fails and drops it.
+func (ms *masterSet) ping(ctx context.Context) (up int, errs []error) {
+	res := make([]error, len(ms.clients))
+	var wg sync.WaitGroup
+	for i, cl := range ms.clients {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			defer cancel()
+			err := cl.Ping(ctx).Err()
+			if err != nil && ctx.Err() == nil {
+				err = cl.Ping(ctx).Err()
+			}
+			if err != nil {
+				res[i] = fmt.Errorf("%s: %w", cl.Options().Addr, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range res {
+		if err == nil {
+			up++
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	return up, errs
+}
+
+// demo is the shared state of one run.
+type demo struct {
+	cfg     config
+	ms      *masterSet
+	out     *lineWriter
+	stats   *stats
+	res     resource
+	start   time.Time
+	end     time.Time // workers start no attempt after it
+	eventMu sync.Mutex
+	events  []string
+}
+
+// run runs the demo described by cfg and writes its progress and summary
+// to out. It blocks for about cfg.duration, or until ctx ends (then the
+// workers stop after their current attempt and the summary is still
+// written). It returns an error if the masters cannot be started or
+// reached, a worker hits an invalid argument, or a fault injection failed;
+// a mutual exclusion violation is reported in the summary, not as an error.
+func run(ctx context.Context, cfg config, out io.Writer) (_ summary, err error) {
+	if err := cfg.validate(); err != nil {
+		return summary{}, err
+	}
+	ms, err := openMasters(ctx, cfg)
+	if err != nil {
+		return summary{}, err
+	}
+	defer func() { err = errors.Join(err, ms.close()) }()
+	n := len(ms.clients)
+	if up, errs := ms.ping(ctx); up < n/2+1 {
+		return summary{}, fmt.Errorf("only %d of %d masters answer PING, a quorum needs %d: %w", up, n, n/2+1, errors.Join(errs...))
+	}
+
+	// Cache the scripts on every master, so that first attempts need no
+	// EVAL fallback; a master that fails here gets them on first use.
+	if warm, err := redlock.New(ms.clients, nil); err == nil {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = warm.LoadScripts(lctx)
+		cancel()
+		_ = warm.Close()
+	}
+
+	d := &demo{cfg: cfg, ms: ms, out: &lineWriter{w: out}, stats: newStats(cfg.workers)}
+	d.start = time.Now()
+	d.end = d.start.Add(cfg.duration)
+	d.out.printf("redlock demo: %d workers, each with its own client, lock key %q with ttl %v, for %v on %s (%s)\n",
+		cfg.workers, cfg.key, cfg.ttl, cfg.duration, ms.desc, strings.Join(addrs(ms.clients), " "))
+
+	// gctx ends when a worker fails or all are done: that stops the nemesis.
+	g, gctx := errgroup.WithContext(ctx)
+	for id := range cfg.workers {
+		g.Go(func() error { return d.worker(gctx, id) })
+	}
+	workersDone := make(chan error, 1)
+	go func() { workersDone <- g.Wait() }()
+	var nemesisErr error
+	nemesisDone := make(chan struct{})
+	go func() {
+		defer close(nemesisDone)
+		if ms.cluster != nil {
+			nemesisErr = d.nemesis(gctx)
+		}
+	}()
+
+	workerErr := d.report(ctx, workersDone)
+	<-nemesisDone
+	sum := d.summary(ctx.Err() != nil)
+	sum.write(d.out)
+	return sum, errors.Join(workerErr, nemesisErr)
+}
+
+// report prints a status line every second until done delivers the
+// workers' result, which it returns.
+func (d *demo) report(ctx context.Context, done <-chan error) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	prev, prevAt := int64(0), d.start
+	for {
+		select {
+		case err := <-done:
+			return err
+		case now := <-tick.C:
+			up, _ := d.ms.ping(context.WithoutCancel(ctx))
+			s := d.stats.snapshot(&d.res)
+			rate := float64(s.acquired-prev) / now.Sub(prevAt).Seconds()
+			prev, prevAt = s.acquired, now
+			d.out.printf("t=%.0fs acquired=%d (+%.0f/s) failed: %s | masters up %d/%d | overlaps=%d lost=%d\n",
+				now.Sub(d.start).Seconds(), s.acquired, rate, s.failures(), up, len(d.ms.clients), s.overlaps, s.lost)
+		}
+	}
+}
+
+// worker competes for the lock with its own redlock.Client until d.end or
+// until ctx ends. It returns an error only for a misconfiguration.
+func (d *demo) worker(ctx context.Context, id int) error {
+	client, err := redlock.New(d.ms.clients, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	mu, err := mutex.New(client, d.cfg.key, &mutex.Options{TTL: d.cfg.ttl})
+	if err != nil {
+		return err
+	}
+	// TryLock rather than Lock, so that every failed attempt is counted by
+	// its cause; the jittered backoff below does what Lock would.
+	backoff := minBackoff
+	for time.Now().Before(d.end) && ctx.Err() == nil {
+		if err := mu.TryLock(ctx); err != nil {
+			if errors.Is(err, redlock.ErrInvalidArgument) {
+				return fmt.Errorf("worker %d: %w", id, err)
+			}
+			d.stats.acquireFailed(err)
+			sleep(ctx, backoff/2+rand.N(backoff/2+1))
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		d.stats.acquired(id)
+		d.res.use(holdFor)
+		// Unlock even if ctx just ended, so the key does not linger.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		if err := mu.Unlock(uctx); err != nil {
+			d.stats.releaseFailed(err)
+		}
+		cancel()
+		sleep(ctx, rand.N(maxThink))
+	}
+	return nil
+}
+
+// nemesis injects faults into d.ms.cluster: at a quarter of the run it
+// kills m2 and restarts it after longer than the TTL; about the middle it
+// pauses another master for half a TTL. The schedule ends within the run
+// if it lasts at least 3 TTLs; shorter runs get no faults. It returns when
+// done or when ctx ends, leaving no master paused, and reports the first
+// failed operation.
+func (d *demo) nemesis(ctx context.Context) error {
+	masters := d.ms.cluster.Masters
+	switch {
+	case len(masters) < 3:
+		d.event("no faults injected: fewer than 3 masters")
+		return nil
+	case d.cfg.duration < 3*d.cfg.ttl:
+		d.event("no faults injected: the run is shorter than 3 TTLs")
+		return nil
+	}
+	victim, frozen := masters[2], masters[len(masters)-1]
+	if frozen == victim {
+		frozen = masters[0]
+	}
+	downFor, pauseFor := d.cfg.ttl*3/2, d.cfg.ttl/2
+	// failed reports a fault operation that failed, unless ctx ended.
+	failed := func(op string, m integration.Master, err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		d.event("%s %s failed: %v", op, m.Name(), err)
+		return fmt.Errorf("%s %s: %w", op, m.Name(), err)
+	}
+
+	if !sleep(ctx, time.Until(d.start.Add(d.cfg.duration/4))) {
+		return nil
+	}
+	if err := victim.Kill(ctx); err != nil {
+		return failed("kill", victim, err)
+	}
+	d.event("kill %s (%s, SIGKILL): its keys are lost; restart in %v, longer than the %v TTL "+
+		"(Redlock: a master without persistence stays down longer than the longest TTL)",
+		victim.Name(), victim.Addr(), downFor, d.cfg.ttl)
+	if !sleep(ctx, downFor) {
+		return nil
+	}
+	if err := victim.Restart(ctx); err != nil {
+		return failed("restart", victim, err)
+	}
+	d.event("restart %s with empty data after %v down", victim.Name(), downFor)
+
+	if !sleep(ctx, time.Until(d.start.Add(d.cfg.duration/2))) {
+		return nil
+	}
+	err := frozen.Pause(ctx)
+	if err == nil {
+		d.event("pause %s (%s, SIGSTOP) for %v", frozen.Name(), frozen.Addr(), pauseFor)
+		sleep(ctx, pauseFor)
+	}
+	// Resume even if Pause failed or ctx ended: the signal may have landed.
+	if rerr := frozen.Resume(context.WithoutCancel(ctx)); err == nil && rerr != nil {
+		return failed("resume", frozen, rerr)
+	}
+	if err != nil {
+		return failed("pause", frozen, err)
+	}
+	d.event("resume %s (SIGCONT)", frozen.Name())
+	return nil
+}
+
+// event prints a master event and keeps it for the summary.
+func (d *demo) event(format string, args ...any) {
+	line := fmt.Sprintf("t=%.1fs ", time.Since(d.start).Seconds()) + fmt.Sprintf(format, args...)
+	d.eventMu.Lock()
+	d.events = append(d.events, line)
+	d.eventMu.Unlock()
+	d.out.printf("EVENT %s\n", line)
+}
+
+// resource is what the lock protects. use detects a second holder inside
+// it, and its read-modify-write loses updates if two holders overlap.
+type resource struct {
+	inside   atomic.Int32
+	overlaps atomic.Int64
+	value    atomic.Int64 // incremented by load, pause, store
+	done     atomic.Int64 // completed critical sections
+}
+
+// use runs one critical section, pausing hold between read and write.
+func (r *resource) use(hold time.Duration) {
+	if r.inside.Add(1) != 1 {
+		r.overlaps.Add(1)
+	}
+	v := r.value.Load()
+	time.Sleep(hold)
+	r.value.Store(v + 1)
+	r.inside.Add(-1)
+	r.done.Add(1)
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func addrs(clients []*redis.Client) []string {
+	out := make([]string, len(clients))
+	for i, cl := range clients {
+		out[i] = cl.Options().Addr
+	}
+	return out
+}
+
+// lineWriter serialises writes to w; it is safe for concurrent use.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, format, args...)
+}
