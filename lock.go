@@ -28,6 +28,10 @@ type Lock struct {
 	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
 	released atomic.Bool  // the last hold is gone
 
+	lateMu      sync.Mutex
+	lateAgreed  uint64 // masters that agreed to the first acquire after its decision
+	releaseMiss uint64 // masters where the last release found nothing
+
 	sigMu   sync.Mutex // guards the lost-lock signal
 	sig     *lostSignal
 	lostErr error
@@ -100,7 +104,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		keys:     l.keys,
 		args:     l.args(l.ttl, int64(holds)),
 		undoArgs: l.args(l.ttl, int64(holds-1)),
-		orphaned: l.orphanArgs,
+		late:     l.lateAgreement(holds),
 		ttl:      l.ttl,
 		sentinel: ErrNotObtained,
 	})
@@ -148,25 +152,66 @@ func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) err
 	return nil
 }
 
-// orphanArgs returns the arguments that delete the lock if it was released.
-func (l *Lock) orphanArgs() []any {
-	if !l.released.Load() {
-		return nil
+// lateAgreement returns what to do when master i agrees to the acquire
+// round for holds after the round was decided. The lock's last release
+// may already have reached that master and found nothing, so that this
+// agreement would outlive the lock: then it is deleted again. For the first
+// acquire, the master's late agreement and the release's answer there meet
+// in releasedOn, whichever comes second, so that the delete is sent only
+// where the release missed; for a re-entry, whenever the lock is released.
+func (l *Lock) lateAgreement(holds int) func(context.Context, int) {
+	if holds > 1 {
+		return func(ctx context.Context, i int) {
+			if l.released.Load() {
+				l.dropOn(ctx, i)
+			}
+		}
 	}
-	return l.args(l.ttl, 0)
+	return func(ctx context.Context, i int) {
+		l.lateMu.Lock()
+		missed := l.releaseMiss&(1<<i) != 0
+		l.lateAgreed |= 1 << i
+		l.lateMu.Unlock()
+		if missed {
+			l.dropOn(ctx, i)
+		}
+	}
+}
+
+// releasedOn learns whether the last release deleted the lock on master i.
+func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
+	if deleted {
+		return
+	}
+	l.lateMu.Lock()
+	late := l.lateAgreed&(1<<i) != 0
+	l.releaseMiss |= 1 << i
+	l.lateMu.Unlock()
+	if late {
+		l.dropOn(ctx, i)
+	}
+}
+
+// dropOn deletes the lock on master i, where this owner holds it.
+func (l *Lock) dropOn(ctx context.Context, i int) {
+	l.client.nodes[i].undo(ctx, l.mode.release, l.keys, l.args(l.ttl, 0))
 }
 
 // releaseRound sets the owner's holds to holds on every master (0 deletes
 // the lock there).
 func (l *Lock) releaseRound(ctx context.Context, holds int) error {
-	_, err := l.client.do(ctx, &op{
+	o := &op{
 		name:     "release",
 		key:      l.key,
 		script:   l.mode.release,
 		keys:     l.keys,
 		args:     l.args(l.ttl, int64(holds)),
 		sentinel: ErrNotHeld,
-	})
+	}
+	if holds == 0 {
+		o.after = l.releasedOn
+	}
+	_, err := l.client.do(ctx, o)
 	return err
 }
 
@@ -260,7 +305,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.holds--
 	if l.holds == 0 {
-		l.released.Store(true) // before the round: see orphanArgs
+		l.released.Store(true) // before the round: see lateAgreement
 		l.until.Store(0)
 		l.lose(ErrReleased)
 	}

@@ -17,11 +17,13 @@ type op struct {
 	keys     []string
 	args     []any
 	undoArgs []any // arguments of undo
-	// orphaned, if set, is asked after a successful round by each master
-	// that agreed after the decision: non-nil arguments mean the lock was
-	// released meanwhile, and undo runs there with them (a late agreement
-	// may land after the release round).
-	orphaned func() []any
+	// late, if set, runs after a successful round on each master i that
+	// agreed after the decision: such an agreement may land after the
+	// lock's release (see Lock.lateAgreement).
+	late func(ctx context.Context, i int)
+	// after, if set, runs when master i has answered, with whether it
+	// agreed (see Lock.releasedOn).
+	after    func(ctx context.Context, i int, agreed bool)
 	ttl      time.Duration // > 0: the round also needs validity left
 	sentinel error         // what a failed round wraps
 }
@@ -195,16 +197,18 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
 	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
 	mayHaveApplied := s.val > 0 || s.err != nil // a timed-out write may still land
+	agreed := s.agreed()
 	r.replies <- i
+	if o.after != nil {
+		o.after(ctx, i, agreed)
+	}
 	if o.undo == nil {
 		return
 	}
 	<-r.decided
 	if !r.failed {
-		if s.agreed() && !s.read && o.orphaned != nil {
-			if args := o.orphaned(); args != nil {
-				nd.undo(ctx, o.undo, o.keys, args)
-			}
+		if agreed && !s.read && o.late != nil {
+			o.late(ctx, i)
 		}
 		return
 	}

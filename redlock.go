@@ -28,6 +28,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// maxMasters bounds the masters of a Client (see Lock.lateAgreement).
+const maxMasters = 64
+
 // Defaults of Options.
 const (
 	DefaultNodeTimeout = 50 * time.Millisecond
@@ -111,8 +114,8 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		opts = &Options{}
 	}
 	n := len(masters)
-	if n == 0 {
-		return nil, invalidf("no masters: need at least one")
+	if n == 0 || n > maxMasters {
+		return nil, invalidf("%d masters: need 1 to %d", n, maxMasters)
 	}
 	c := &Client{
 		nodes:       make([]node, n),

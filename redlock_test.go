@@ -27,7 +27,7 @@ func TestNewValidates(t *testing.T) {
 		opts    *Options
 		want    string
 	}{
-		{"no masters", nil, nil, "no masters"},
+		{"no masters", nil, nil, "0 masters: need 1 to 64"},
 		{"nil master", []*redis.Client{a, typedNil}, nil, "master 1 is nil"},
 		{"same client twice", []*redis.Client{a, b, a}, nil, "masters 0 and 2 are the same master (127.0.0.1:1)"},
 		{"same address twice", []*redis.Client{a, sameAddr}, nil, "masters 0 and 1 are the same master"},
