@@ -115,7 +115,9 @@ func TestTwoScriptsPerMasterPerLockUnlock(t *testing.T) {
 	got := sum(evalCalls(t, cl)) - before
 	t.Logf("%d scripts for %d lock+unlock pairs on 5 masters", got, pairs)
 	assert.GreaterOrEqual(t, got, 2*5*pairs)
-	// A release that overtakes the late acquire on one master is followed by
-	// a second delete there: rare, but it happens.
-	assert.LessOrEqual(t, got, 2*5*pairs*101/100, "at most 1% more")
+	// A release that overtakes the late acquire on one master (the acquire's
+	// goroutine had not run yet) is followed by a second delete there: rare
+	// (about 1% under -race), where a delete after every late agreement
+	// would add 20%.
+	assert.LessOrEqual(t, got, 2*5*pairs*105/100, "at most 5% more")
 }

@@ -72,11 +72,19 @@ func orDefault(v, def time.Duration) time.Duration {
 // mend, or ctx ends. After a first failed attempt it subscribes to the
 // lock's releases (wakeAll: every release wakes it; else one waiter per
 // release), tries again at once (a release may have come in between), and
-// then retries on each wake-up or when the fallback timer fires. If ctx
+// then retries on each wake-up or when the fallback timer fires. Waiters
+// for an exclusive lock (not wakeAll) in one process take turns. If ctx
 // ends first, the error matches ctx.Err() and tells the last attempt's
 // outcome. With opts.AutoRenew the lock is renewed from then on.
 func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
+	if !wakeAll {
+		done, err := takeTurn(ctx, c, key)
+		if err != nil {
+			return nil, fmt.Errorf("lock %q: %w", key, err)
+		}
+		defer done()
+	}
 	l, err := try(ctx)
 	if retryable(ctx, err) {
 		l, err = wait(ctx, c, key, wakeAll, opts, try)
