@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: all deps demo test bench bench-quick
+.PHONY: all deps demo test image bench bench-quick
 
 all: test
 
@@ -16,6 +16,9 @@ demo: deps ## run the live Redlock demo on five local masters
 
 test: ## gofmt, vet and the whole test suite with -race (the CI command)
 	scripts/test.sh
+
+image: ## build redlock-redis:local for the container backend (docker import of Debian's redis-server)
+	scripts/build-image.sh
 
 bench: ## run the benchmark suites and write BENCHMARKS.md and docs/bench/*.png (about 10 min)
 	cd bench && $(GO) run ./cmd/benchreport

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 )
@@ -194,8 +195,8 @@ func identity(c redis.Scripter) any {
 func randomValue() (string, error) { return rand.Text(), nil }
 
 // NewOwner returns a new owner identity for reentrant and read-write locks:
-// 128 random bits from crypto/rand, as base32 text.
-func NewOwner() string { return rand.Text() }
+// a random (version 4) UUID, from crypto/rand.
+func NewOwner() string { return uuid.NewString() }
 
 // Quorum returns how many masters must agree.
 func (c *Client) Quorum() int { return c.quorum }
