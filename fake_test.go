@@ -13,6 +13,7 @@ import (
 type fakeMaster struct {
 	mu       sync.Mutex
 	data     map[string]string // lock key -> owner
+	nonces   map[string]string // lock key -> nonce of the holding Lock
 	counters map[string]int64  // lock key -> fencing counter
 	tokens   map[string]int64  // lock key -> token of its holder
 	calls    []string          // script names, in call order; "EVAL" marks a fallback
@@ -23,7 +24,7 @@ type fakeMaster struct {
 }
 
 func newFake() *fakeMaster {
-	return &fakeMaster{data: map[string]string{}, counters: map[string]int64{}, tokens: map[string]int64{}, cached: true}
+	return &fakeMaster{data: map[string]string{}, nonces: map[string]string{}, counters: map[string]int64{}, tokens: map[string]int64{}, cached: true}
 }
 
 // block makes every later call wait until unblock (or, with honorCtx, until
@@ -70,6 +71,9 @@ func scriptName(sha string) string {
 }
 
 func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args []any) *redis.Cmd {
+	if ctx.Err() != nil { // as go-redis: an ended context sends nothing
+		return redis.NewCmdResult(nil, ctx.Err())
+	}
 	f.mu.Lock()
 	gate, honor := f.gate, f.honorCtx
 	f.mu.Unlock()
@@ -90,26 +94,28 @@ func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args [
 	if f.err != nil {
 		return redis.NewCmdResult(nil, f.err)
 	}
-	key, owner, n := keys[0], args[0].(string), args[2].(int64)
+	key, owner, n, nonce := keys[0], args[0].(string), args[2].(int64), args[5].(string)
 	cur, held := f.data[key]
+	ours := held && cur == owner && f.nonces[key] == nonce
 	switch {
-	case name == "acquire" && held && cur == owner:
+	case name == "acquire" && held && cur == owner && n > 1:
+		f.nonces[key] = nonce
 		return redis.NewCmdResult(f.tokens[key], nil)
-	case name == "acquire" && !held:
-		f.data[key] = owner
+	case name == "acquire" && (!held || cur == owner):
+		f.data[key], f.nonces[key] = owner, nonce
 		f.counters[key]++
 		f.tokens[key] = f.counters[key]
 		if args[3] != "1" {
 			f.tokens[key] = 1
 		}
 		return redis.NewCmdResult(f.tokens[key], nil)
-	case name == "fence" && held && cur == owner:
+	case name == "fence" && ours:
 		f.counters[key] = max(f.counters[key], n)
 		f.tokens[key] = n
 		return redis.NewCmdResult(int64(1), nil)
-	case name == "extend" && held && cur == owner:
+	case name == "extend" && ours:
 		return redis.NewCmdResult(int64(1), nil)
-	case name == "release" && held && cur == owner:
+	case name == "release" && ours:
 		if n == 0 {
 			delete(f.data, key)
 		}

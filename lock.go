@@ -17,6 +17,7 @@ type Lock struct {
 	mode   *mode
 	key    string
 	value  string // the owner: random for Acquire
+	nonce  string // random per Lock: see scripts.lua
 	keys   []string
 	token  uint64 // set before the Lock is returned, then never changed
 
@@ -70,13 +71,19 @@ func (l *Lock) Until() time.Time {
 // Held reports whether the lock's validity has not yet run out.
 func (l *Lock) Held() bool { return time.Now().Before(l.Until()) }
 
-func (l *Lock) setUntil(t time.Time) {
-	l.until.Store(int64(t.Sub(l.client.epoch)))
+// setUntil moves the deadline to t, unless the lock was already declared
+// lost: then it returns that error, and Done and Held stay consistent.
+func (l *Lock) setUntil(t time.Time) error {
 	l.sigMu.Lock()
-	if l.sig != nil && l.lostErr == nil {
+	defer l.sigMu.Unlock()
+	if l.lostErr != nil {
+		return l.lostErr
+	}
+	l.until.Store(int64(t.Sub(l.client.epoch)))
+	if l.sig != nil {
 		l.sig.timer.Reset(time.Until(t))
 	}
-	l.sigMu.Unlock()
+	return nil
 }
 
 // args returns the script arguments (see scripts.lua).
@@ -89,7 +96,7 @@ func (l *Lock) args(ttl time.Duration, holds int64) []any {
 	if l.mode.waits {
 		wait = l.client.writeWait.Milliseconds()
 	}
-	return []any{l.value, ttl.Milliseconds(), holds, fence, wait}
+	return []any{l.value, ttl.Milliseconds(), holds, fence, wait, l.nonce}
 }
 
 // take runs the acquire round for the given number of holds: 1 for a new
@@ -120,8 +127,10 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		}
 		l.token = uint64(res.max)
 	}
+	if err := l.setUntil(until); err != nil {
+		return fmt.Errorf("%w: acquire %q: lost meanwhile: %w", ErrNotObtained, l.key, err)
+	}
 	l.holds = holds
-	l.setUntil(until)
 	return nil
 }
 
@@ -275,13 +284,16 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
+	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
+		return fmt.Errorf("%w: extend %q: lost before the extend completed: %w", ErrNotHeld, l.key, err)
+	}
 	l.ttl = ttl
-	l.setUntil(c.deadline(res.start, ttl))
 	return nil
 }
 
 // Release gives up one hold; the last one deletes the lock on every master
-// where this owner still holds it, and wakes waiters. It returns nil if a
+// where this Lock still holds it, and wakes waiters. It runs even if ctx has
+// ended (only ctx's values are used): a release must not be lost. It returns nil if a
 // quorum held it (it was still ours), and a *QuorumError wrapping ErrNotHeld
 // if not: it had expired, or too few masters answered. Either way the hold
 // is gone afterwards. Calling Release after the last hold is gone sends
@@ -297,6 +309,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		r.stop() // outside mu: a renewal in flight needs it
 		l.mu.Lock()
+		if l.holds > 1 { // a Reenter came in meanwhile: keep renewing
+			l.startRenewal()
+		}
 	}
 	defer l.mu.Unlock()
 	if l.holds == 0 {
@@ -309,7 +324,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.until.Store(0)
 		l.lose(ErrReleased)
 	}
-	return l.releaseRound(ctx, l.holds)
+	// Not the caller's context: an ended one would send nothing, and the
+	// lock would block everyone until its TTL. The round is bounded by
+	// NodeTimeout.
+	return l.releaseRound(context.WithoutCancel(ctx), l.holds)
 }
 
 func (l *Lock) String() string {

@@ -44,7 +44,7 @@ func (m *mode) keys(prefix, key string) []string {
 	if !m.rw {
 		return []string{tag, tag + ":fence"}
 	}
-	return []string{tag, tag + ":fence", tag + ":r", tag + ":rh", tag + ":ww"}
+	return []string{tag, tag + ":fence", tag + ":r", tag + ":rn", tag + ":ww"}
 }
 
 type scriptSet map[string]*redis.Script

@@ -18,8 +18,9 @@ type op struct {
 	args     []any
 	undoArgs []any // arguments of undo
 	// late, if set, runs after a successful round on each master i that
-	// agreed after the decision: such an agreement may land after the
-	// lock's release (see Lock.lateAgreement).
+	// agreed after the decision, or failed then (a timed-out write may
+	// still land): such an agreement may land after the lock's release
+	// (see Lock.lateAgreement).
 	late func(ctx context.Context, i int)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn).
@@ -207,7 +208,7 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	}
 	<-r.decided
 	if !r.failed {
-		if agreed && !s.read && o.late != nil {
+		if mayHaveApplied && !s.read && o.late != nil {
 			o.late(ctx, i)
 		}
 		return
@@ -232,6 +233,7 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 		sentinel: r.op.sentinel,
 		ctxErr:   ctx.Err(),
 	}
+	upgrades := 0
 	for i := range c.nodes {
 		m := MasterResult{Master: c.nodes[i].name}
 		switch s := &r.slots[i]; {
@@ -241,7 +243,8 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 				e.Agreed++
 			}
 			if s.err == nil && s.val == replyUpgrade {
-				m.Err, e.upgrade = ErrUpgrade, true
+				m.Err = ErrUpgrade
+				upgrades++
 			}
 		case e.ctxErr != nil:
 			m.Err = e.ctxErr
@@ -252,5 +255,7 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 		}
 		e.Masters[i] = m
 	}
+	// A stale read entry on a few masters is no upgrade: it takes a quorum.
+	e.upgrade = upgrades >= c.quorum
 	return e
 }

@@ -395,3 +395,41 @@ func TestLostSignal(t *testing.T) {
 	<-done
 	require.ErrorIs(t, l.Err(), ErrReleased)
 }
+
+func TestOlderLockOfSameOwnerCannotDeleteNewer(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, nil)
+	ctx := context.Background()
+	l1, err := c.AcquireAs(ctx, "k", "owner", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l1.Release(ctx))
+	l2, err := c.AcquireAs(ctx, "k", "owner", time.Second)
+	require.NoError(t, err)
+	// A late call of the first Lock (an undo, a second delete) arrives now.
+	for i := range fs {
+		l1.dropOn(ctx, i)
+	}
+	require.NoError(t, c.Close())
+	for _, f := range fs {
+		v, held := f.get("{k}")
+		assert.True(t, held && v == "owner", "the newer Lock still holds every master")
+	}
+	c = newFakeClient(t, fs, nil)
+	l2.client = c
+	require.NoError(t, l2.Release(ctx))
+}
+
+func TestReleaseWithEndedContextStillReleases(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, nil)
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, l.Release(ctx), "a release must not be lost to an ended context")
+	require.NoError(t, c.Close())
+	for _, f := range fs {
+		_, held := f.get("{k}")
+		assert.False(t, held)
+	}
+}

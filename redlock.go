@@ -198,6 +198,9 @@ func randomValue() (string, error) { return rand.Text(), nil }
 // a random (version 4) UUID, from crypto/rand.
 func NewOwner() string { return uuid.NewString() }
 
+// WriteWait returns how long a waiting writer's marker keeps readers out.
+func (c *Client) WriteWait() time.Duration { return c.writeWait }
+
 // Quorum returns how many masters must agree.
 func (c *Client) Quorum() int { return c.quorum }
 
@@ -267,14 +270,14 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if value == "" {
 		return nil, invalidf("NewValue returned an empty value")
 	}
-	return c.acquire(ctx, exclusiveMode, key, value, ttl)
+	return c.acquire(ctx, exclusiveMode, key, value, value, ttl)
 }
 
 // AcquireAs is Acquire with a reentrant lock held by owner: while owner
 // holds it, Lock.Reenter adds holds and the last Lock.Release frees it.
 // owner must be unique to its holder and unguessable (see NewOwner).
 func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
-	return c.acquire(ctx, exclusiveMode, key, owner, ttl)
+	return c.acquireOwned(ctx, exclusiveMode, key, owner, ttl)
 }
 
 // AcquireWrite takes the write side of the read-write lock named key for
@@ -289,7 +292,7 @@ func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.D
 	if waiting {
 		m = waitingWriteMode
 	}
-	return c.acquire(ctx, m, key, owner, ttl)
+	return c.acquireOwned(ctx, m, key, owner, ttl)
 }
 
 // AcquireRead takes the read side of the read-write lock named key for
@@ -300,10 +303,19 @@ func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.D
 // downgrade. Read locks carry no fencing token. Blocking and errors are
 // those of Acquire.
 func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
-	return c.acquire(ctx, readMode, key, owner, ttl)
+	return c.acquireOwned(ctx, readMode, key, owner, ttl)
 }
 
-func (c *Client) acquire(ctx context.Context, m *mode, key, owner string, ttl time.Duration) (*Lock, error) {
+// acquireOwned acquires for owner under a fresh nonce.
+func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, ttl time.Duration) (*Lock, error) {
+	nonce, err := c.newValue()
+	if err != nil {
+		return nil, fmt.Errorf("redlock: new value: %w", err)
+	}
+	return c.acquire(ctx, m, key, owner, nonce, ttl)
+}
+
+func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl time.Duration) (*Lock, error) {
 	if key == "" {
 		return nil, invalidf("empty key")
 	}
@@ -314,7 +326,7 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner string, ttl ti
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{client: c, mode: m, key: key, value: owner, keys: m.keys(c.prefix, key), ttl: ttl}
+	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: m.keys(c.prefix, key), ttl: ttl}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.take(ctx, 1); err != nil {

@@ -34,22 +34,27 @@ func (l *Lock) signal() *lostSignal {
 }
 
 // expire runs at the lock's deadline; an Extend may have moved it since.
+// Deciding under sigMu keeps it atomic with setUntil.
 func (l *Lock) expire() {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
 	if until := l.Until(); time.Now().Before(until) {
-		l.sigMu.Lock()
 		if l.lostErr == nil {
 			l.sig.timer.Reset(time.Until(until))
 		}
-		l.sigMu.Unlock()
 		return
 	}
-	l.lose(fmt.Errorf("%w: %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0)))
+	l.loseLocked(fmt.Errorf("%w: %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0)))
 }
 
 // lose records why the lock is lost, once, and fires the signal.
 func (l *Lock) lose(err error) {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
+	l.loseLocked(err)
+}
+
+func (l *Lock) loseLocked(err error) {
 	if l.lostErr != nil {
 		return
 	}
@@ -105,9 +110,13 @@ func (r *renewal) stop() {
 func (l *Lock) AutoRenew() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.renew != nil || l.holds == 0 {
-		return
+	if l.renew == nil && l.holds > 0 {
+		l.startRenewal()
 	}
+}
+
+// startRenewal starts the renewal goroutine; l.mu must be held.
+func (l *Lock) startRenewal() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &renewal{cancel: cancel, done: make(chan struct{})}
 	l.renew = r

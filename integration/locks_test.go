@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
@@ -371,4 +372,54 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 	require.NoError(t, g.Wait())
 	assert.Equal(t, clients*acquisitions, res.writes)
 	assert.Zero(t, res.rejected)
+}
+
+// TestNewLockOfSameOwnerGetsNewToken: an owner whose earlier Lock was left
+// on the masters (its process died, say) takes the lock with a new Lock: a
+// fresh grant, with a larger token, that the old Lock cannot release.
+func TestNewLockOfSameOwnerGetsNewToken(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	owner := redlock.NewOwner()
+	old, err := c.AcquireAs(ctx, "job", owner, 10*time.Second)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, old)
+	fresh, err := c.AcquireAs(ctx, "job", owner, 10*time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, fresh.Token(), old.Token())
+	require.ErrorIs(t, old.Release(ctx), redlock.ErrNotHeld, "the old Lock's release finds another nonce")
+	require.NoError(t, fresh.Extend(ctx, 10*time.Second))
+	require.NoError(t, fresh.Release(ctx))
+	require.NoError(t, c.Close())
+	assertEmpty(t, cl)
+}
+
+// TestStaleReadEntryIsNoUpgrade: a read entry an RUnlock missed on one
+// master does not make the owner's write attempts fail as upgrades.
+func TestStaleReadEntryIsNoUpgrade(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	owner, writer := redlock.NewOwner(), redlock.NewOwner()
+	far := float64(time.Now().Add(time.Minute).UnixMilli())
+	require.NoError(t, cl.Admin(0).ZAdd(ctx, "{doc}:r", redis.Z{Score: far, Member: owner}).Err())
+
+	w, err := c.AcquireWrite(ctx, "doc", writer, 10*time.Second, false)
+	require.NoError(t, err, "four masters without readers are a quorum")
+	_, err = c.AcquireWrite(ctx, "doc", owner, 10*time.Second, false)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NotErrorIs(t, err, redlock.ErrUpgrade, "held by a writer: worth waiting for")
+	require.NoError(t, w.Release(ctx))
+	l, err := c.AcquireWrite(ctx, "doc", owner, 10*time.Second, false)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestRWMutexValidatesRetryDelayAgainstWriteWait(t *testing.T) {
+	cl := integration.NewCluster(t, 1)
+	c := newClient(t, cl, nil)
+	_, err := rwmutex.New(c, "doc", &rwmutex.Options{MaxRetryDelay: 600 * time.Millisecond})
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "MaxRetryDelay 600ms: must be less than half the client's WriteWait (1s)")
 }

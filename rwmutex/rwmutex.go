@@ -46,6 +46,10 @@ func New(client *redlock.Client, key string, opts *Options) (*RWMutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rwmutex: %w", err)
 	}
+	if ww := client.WriteWait(); o.MaxRetryDelay >= ww/2 {
+		return nil, fmt.Errorf("%w: rwmutex: MaxRetryDelay %v: must be less than half the client's WriteWait (%v), or a waiting writer's marker lapses between its attempts",
+			redlock.ErrInvalidArgument, o.MaxRetryDelay, ww)
+	}
 	return &RWMutex{client: client, key: key, opts: o}, nil
 }
 

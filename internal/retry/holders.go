@@ -46,7 +46,8 @@ func (h *Holders) with(owner string, f func(*redlock.Lock) (*redlock.Lock, error
 	o.mu.Unlock()
 
 	h.mu.Lock()
-	if o.users--; o.users == 0 && l == nil {
+	// Another call for the owner may have stored a lock since: look again.
+	if o.users--; o.users == 0 && o.lock.Load() == nil {
 		delete(h.m, owner)
 	}
 	h.mu.Unlock()
