@@ -176,27 +176,24 @@ func (l *Lock) lateAgreement(holds int) func(context.Context, int) {
 			}
 		}
 	}
-	return func(ctx context.Context, i int) {
-		l.lateMu.Lock()
-		missed := l.releaseMiss&(1<<i) != 0
-		l.lateAgreed |= 1 << i
-		l.lateMu.Unlock()
-		if missed {
-			l.dropOn(ctx, i)
-		}
-	}
+	return func(ctx context.Context, i int) { l.meet(ctx, i, &l.lateAgreed, &l.releaseMiss) }
 }
 
 // releasedOn learns whether the last release deleted the lock on master i.
 func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
-	if deleted {
-		return
+	if !deleted {
+		l.meet(ctx, i, &l.releaseMiss, &l.lateAgreed)
 	}
+}
+
+// meet records one of the two events on master i, a late agreement or a
+// release that missed, and drops the lock there if the other came first.
+func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64) {
 	l.lateMu.Lock()
-	late := l.lateAgreed&(1<<i) != 0
-	l.releaseMiss |= 1 << i
+	met := *other&(1<<i) != 0
+	*mine |= 1 << i
 	l.lateMu.Unlock()
-	if late {
+	if met {
 		l.dropOn(ctx, i)
 	}
 }

@@ -18,19 +18,11 @@ import (
 // BenchmarkAcquireRelease measures one uncontended acquire+release on five
 // masters, from one goroutine and from several on distinct keys.
 func BenchmarkAcquireRelease(b *testing.B) {
-	cl := integration.NewCluster(b, 5)
-	c, err := redlock.New(cl.Clients(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	_, c := benchClient(b)
 	ctx := context.Background()
-	if err := c.LoadScripts(ctx); err != nil {
-		b.Fatal(err)
-	}
+	var next atomic.Int64 // a key per goroutine, never reused
 	for _, goroutines := range []int{1, 16} {
 		b.Run("goroutines="+strconv.Itoa(goroutines), func(b *testing.B) {
-			var next atomic.Int64
 			b.SetParallelism(goroutines)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -55,12 +47,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // each with its own Mutex on one client, and the scripts run per
 // acquisition on the masters.
 func BenchmarkContended(b *testing.B) {
-	cl := integration.NewCluster(b, 5)
-	c, err := redlock.New(cl.Clients(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	cl, c := benchClient(b)
 	ctx := context.Background()
 	before := scriptCalls(b, cl)
 	b.SetParallelism(16)
@@ -83,6 +70,20 @@ func BenchmarkContended(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(scriptCalls(b, cl)-before)/float64(b.N), "scripts/acquisition")
+}
+
+// benchClient starts five masters and a client with its scripts loaded.
+func benchClient(b *testing.B) (*integration.Cluster, *redlock.Client) {
+	cl := integration.NewCluster(b, 5)
+	c, err := redlock.New(cl.Clients(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	if err := c.LoadScripts(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return cl, c
 }
 
 func scriptCalls(b *testing.B, cl *integration.Cluster) int {

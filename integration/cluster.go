@@ -220,3 +220,23 @@ func (c *Cluster) Close() error {
 func wrapMaster(m Master, op string, err error) error {
 	return fmt.Errorf("%s: %s: %w", m.Name(), op, err)
 }
+
+// restart kills a master and starts it again on its address, retrying a
+// start that finds the port still busy for up to rebindTimeout.
+func restart(ctx context.Context, kill, start func(context.Context) error) error {
+	if err := kill(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(rebindTimeout)
+	for {
+		err := start(ctx)
+		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(rebindWait):
+		}
+	}
+}

@@ -411,21 +411,7 @@ func (m *containerMaster) waitState(ctx context.Context, ok func(*container.Stat
 func (m *containerMaster) Restart(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.kill(ctx); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(rebindTimeout)
-	for {
-		err := m.start(ctx)
-		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(rebindWait):
-		}
-	}
+	return restart(ctx, m.kill, m.start)
 }
 
 // start starts the stopped container and waits until it answers PING,

@@ -219,21 +219,7 @@ func (m *processMaster) kill(ctx context.Context) error {
 func (m *processMaster) Restart(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.kill(ctx); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(rebindTimeout)
-	for {
-		err := m.start(ctx)
-		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(rebindWait):
-		}
-	}
+	return restart(ctx, m.kill, m.start)
 }
 
 // Pause sends SIGSTOP and blocks until the kernel reports the process
