@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: all deps demo test image bench bench-quick
+.PHONY: all deps demo test image reliability bench bench-quick
 
 all: test
 
@@ -19,6 +19,9 @@ test: ## gofmt, vet and the whole test suite with -race (the CI command)
 
 image: ## build redlock-redis:local for the container backend (docker import of Debian's redis-server)
 	scripts/build-image.sh
+
+reliability: deps ## run every nemesis scenario and rewrite RELIABILITY.md (about 2.5 min)
+	$(GO) run ./cmd/reliability -o RELIABILITY.md
 
 bench: ## run the benchmark suites and write BENCHMARKS.md and docs/bench/*.png (about 10 min)
 	cd bench && $(GO) run ./cmd/benchreport

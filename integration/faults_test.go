@@ -1,0 +1,447 @@
+package integration_test
+
+// Network faults (toxiproxy embedded in the test process, between the
+// client and each master) and clock faults (libfaketime in the masters).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/integration/nemesis"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+// proxied puts a proxy in front of every master of cl, stopped when the
+// test ends.
+func proxied(t *testing.T, cl *integration.Cluster) *nemesis.Proxies {
+	t.Helper()
+	px, err := nemesis.NewProxies(cl.Addrs())
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, px.Close()) })
+	return px
+}
+
+// proxiedClient returns a redlock client that reaches the masters only
+// through px, with its own connections; closed when the test ends. It
+// loads the scripts on every reachable master, so that no call needs a
+// second round trip for a missing script.
+func proxiedClient(t *testing.T, px *nemesis.Proxies, opts *redlock.Options) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(px.NewClients(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.LoadScripts(ctx) // best effort: a master may be cut off already
+	return c
+}
+
+// waitReleased waits until no master holds the lock named key: Release
+// returns at the quorum, and the calls to slower masters go on.
+func waitReleased(t *testing.T, cl *integration.Cluster, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(repeat("", len(cl.Masters)), values(t, cl, key)) },
+		2*time.Second, 5*time.Millisecond, "released everywhere")
+}
+
+// slack is a node timeout for tests that check where a lock landed after
+// the quorum was reached: the calls that go on in the background must not
+// miss it on a loaded machine.
+const slack = time.Second
+
+func TestLatencyBelowNodeTimeoutStillAcquires(t *testing.T) {
+	const nodeTimeout, latency = slack, 100 * time.Millisecond
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: nodeTimeout})
+	ctx := context.Background()
+
+	for _, i := range []int{0, 1} {
+		require.NoError(t, px.Latency(i, latency))
+	}
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err, "two slow masters: the other three make the quorum")
+	waitHeldEverywhere(t, cl, l) // the slow masters got the lock too, a little later
+	require.NoError(t, l.Release(ctx))
+	waitReleased(t, cl, "job")
+
+	// With three slow masters the quorum needs one of them: the latency is
+	// really there, and still below the node timeout.
+	require.NoError(t, px.Latency(2, latency))
+	start := time.Now()
+	l, err = c.Acquire(ctx, "job", 10*time.Second)
+	took := time.Since(start)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, took, latency, "the quorum waited for a slow master")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestBlackHoleOnMajorityFailsWithinNodeTimeout(t *testing.T) {
+	const nodeTimeout = 200 * time.Millisecond
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: nodeTimeout})
+	ctx := context.Background()
+
+	for i := range 3 {
+		require.NoError(t, px.BlackHole(i))
+	}
+	start := time.Now()
+	_, err := c.Acquire(ctx, "job", 10*time.Second)
+	took := time.Since(start)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.GreaterOrEqual(t, took, nodeTimeout, "it waited for the black-holed masters up to the node timeout")
+	assert.Less(t, took, nodeTimeout+time.Second, "and not much longer")
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 2, qe.Agreed, "the two reachable masters agreed, then were undone")
+	for _, m := range qe.Masters[:3] {
+		assert.False(t, m.Agreed)
+		var ne net.Error // the client's own deadline may fire first
+		assert.True(t, errors.Is(m.Err, redlock.ErrNodeTimeout) || errors.As(m.Err, &ne) && ne.Timeout(),
+			"master %s: want a timeout, got %v", m.Master, m.Err)
+	}
+
+	require.NoError(t, c.Close()) // every background call has ended
+	require.NoError(t, px.HealAll())
+	assertEmpty(t, cl) // what was dropped is gone: nothing landed late
+
+	c2 := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	l, err := c2.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err, "healed")
+	waitHeldEverywhere(t, cl, l)
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestLostRepliesBlockOnlyUntilTTL: three masters apply the acquire but
+// their replies are lost. The attempt fails, and its undo cannot reach
+// them either: go-redis opens a new connection after a timeout, and its
+// handshake (HELLO) needs a reply. So the stray keys stay, but only for
+// their TTL; the two masters that answered were cleaned up at once.
+func TestLostRepliesBlockOnlyUntilTTL(t *testing.T) {
+	const nodeTimeout, ttl = 200 * time.Millisecond, time.Second
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: nodeTimeout})
+	ctx := context.Background()
+
+	for i := range 3 {
+		require.NoError(t, px.DropReplies(i))
+	}
+	start := time.Now()
+	_, err := c.Acquire(ctx, "job", ttl)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, c.Close())
+	require.NoError(t, px.HealAll())
+
+	v := values(t, cl, "job")
+	assert.Equal(t, []string{"", ""}, v[3:], "the masters that answered were undone")
+	for i := range 3 {
+		if v[i] == "" {
+			continue // the undo made it after all
+		}
+		pttl, err := cl.Admin(i).PTTL(ctx, "{job}").Result()
+		require.NoError(t, err)
+		assert.LessOrEqual(t, pttl, ttl, "a stray key on %s lives at most its TTL", cl.Masters[i].Name())
+	}
+
+	b := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	l, obtained := acquireUntil(t, b, "job", 10*time.Second, start.Add(ttl+3*time.Second))
+	require.NotNil(t, l, "the stray keys must expire with their TTL")
+	t.Logf("stray keys on %d masters; the lock was free again %v after the failed attempt", 3-countEmpty(v[:3]), obtained.Sub(start))
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, b.Close()) // the release has reached every master
+	assertEmpty(t, cl)
+}
+
+func countEmpty(v []string) int {
+	n := 0
+	for _, s := range v {
+		if s == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestResetPeerOnOneMasterIsSurvived(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	ctx := context.Background()
+
+	require.NoError(t, px.ResetPeer(0))
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	want := append([]string{""}, repeat(l.Value(), 4)...)
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, values(t, cl, "job")) },
+		time.Second, 5*time.Millisecond, "the reset master never saw the request")
+	require.NoError(t, l.Extend(ctx, 10*time.Second))
+	require.NoError(t, l.Release(ctx))
+	waitReleased(t, cl, "job")
+
+	require.NoError(t, px.Heal(0))
+	l, err = c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l) // the client reconnected to the healed master
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestCutMinorityKeepsMutualExclusion runs contending clients while the
+// network repeatedly cuts them off from two of the five masters, and
+// checks the recorded history: no overlap, no lost update.
+func TestCutMinorityKeepsMutualExclusion(t *testing.T) {
+	const clients, sections, cuts = 4, 40, 8
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	rec := nemesis.NewRecorder()
+	res := nemesis.NewResource(rec)
+	var lockFails atomic.Int64
+	load, lctx := errgroup.WithContext(ctx)
+	for w := range clients {
+		c := proxiedClient(t, px, &redlock.Options{NodeTimeout: 200 * time.Millisecond})
+		m, err := mutex.New(c, "shared", &mutex.Options{TTL: 2 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
+		require.NoError(t, err)
+		load.Go(func() error {
+			for range sections {
+				actx, cancel := context.WithTimeout(lctx, 5*time.Second)
+				err := m.Lock(actx)
+				cancel()
+				if err != nil {
+					if lctx.Err() != nil {
+						return lctx.Err()
+					}
+					lockFails.Add(1)
+					continue
+				}
+				s := nemesis.Section{Client: w, Enter: rec.Now()}
+				v, at, _ := res.Read(nemesis.Fence{})
+				s.ReadOK, s.Read, s.ReadAt = true, v, at
+				time.Sleep(time.Millisecond)
+				at, _ = res.Write(nemesis.Fence{}, v+1)
+				s.Committed, s.Written, s.WriteAt = true, v+1, at
+				s.Exit = rec.Now()
+				rec.Record(s)
+				if err := m.Unlock(lctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+					return fmt.Errorf("client %d: unlock: %w", w, err)
+				}
+			}
+			return nil
+		})
+	}
+	var nemesisG errgroup.Group
+	stop := make(chan struct{})
+	nemesisG.Go(func() error {
+		defer func() { _ = px.HealAll() }()
+		for n := range cuts {
+			for _, i := range []int{n % 5, (n + 2) % 5} {
+				if err := px.Cut(i); err != nil {
+					return err
+				}
+			}
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := px.HealAll(); err != nil {
+				return err
+			}
+			select {
+			case <-stop:
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		return nil
+	})
+	loadErr := load.Wait()
+	close(stop)
+	require.NoError(t, nemesisG.Wait())
+	require.NoError(t, loadErr)
+
+	r := nemesis.Check(rec.Sections(), res.Value())
+	t.Logf("%d lock calls failed; %v", lockFails.Load(), r)
+	assert.Zero(t, r.Violations(), "%v", r)
+	assert.Greater(t, r.Committed, clients*sections/2, "most sections got the lock")
+
+	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	l, err := c.Acquire(ctx, "after", 10*time.Second)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l) // every master is reachable again
+	require.NoError(t, l.Release(ctx))
+}
+
+// faketimeOrSkip returns the libfaketime environment, skipping the test if
+// the library is missing (failing it if REDLOCK_REQUIRE_INTEGRATION=1).
+func faketimeOrSkip(t *testing.T) nemesis.Faketime {
+	t.Helper()
+	ft, err := nemesis.FindFaketime()
+	if err != nil {
+		if os.Getenv(integration.EnvRequire) == "1" {
+			t.Fatalf("%v (%s=1)", err, integration.EnvRequire)
+		}
+		t.Skip(err)
+	}
+	return ft
+}
+
+// clockAhead returns how far master i's clock is ahead of ours.
+func clockAhead(t *testing.T, cl *integration.Cluster, i int) time.Duration {
+	t.Helper()
+	before := time.Now()
+	server, err := cl.Admin(i).Time(context.Background()).Result()
+	require.NoError(t, err)
+	after := time.Now()
+	return server.Sub(before.Add(after.Sub(before) / 2))
+}
+
+// acquireUntil retries Acquire every 2ms until it succeeds or deadline
+// passes; it returns the lock (nil if none) and when it was obtained.
+func acquireUntil(t *testing.T, c *redlock.Client, key string, ttl time.Duration, deadline time.Time) (*redlock.Lock, time.Time) {
+	t.Helper()
+	for time.Now().Before(deadline) {
+		l, err := c.Acquire(context.Background(), key, ttl)
+		if err == nil {
+			return l, time.Now()
+		}
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil, time.Time{}
+}
+
+// TestClockFastWithinDriftStaysSafe: the clocks of a majority (so of one
+// master too) run 0.5% fast, within the 1% drift allowance. Their keys
+// expire a little early, but never before the holder's validity ends: a
+// second client gets the lock only after that.
+func TestClockFastWithinDriftStaysSafe(t *testing.T) {
+	ft := faketimeOrSkip(t)
+	cl := integration.NewProcessCluster(t, 5, integration.ProcessOptions{EnvFor: func(i int) []string {
+		if i < 3 {
+			return ft.Rate(1.005)
+		}
+		return nil
+	}})
+	a := newClient(t, cl, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+	b := newClient(t, cl, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+
+	const ttl = time.Second
+	la, err := a.Acquire(context.Background(), "job", ttl)
+	require.NoError(t, err)
+	lb, obtained := acquireUntil(t, b, "job", ttl, la.Until().Add(2*time.Second))
+	require.NotNil(t, lb, "b never got the lock")
+	assert.True(t, obtained.After(la.Until()), "b got the lock %v before a's validity ended", la.Until().Sub(obtained))
+	require.NoError(t, lb.Release(context.Background()))
+
+	ahead := clockAhead(t, cl, 0) - clockAhead(t, cl, 4)
+	t.Logf("b got the lock %v after a's validity ended; m0's clock is %v ahead of m4's", obtained.Sub(la.Until()), ahead)
+	assert.Greater(t, ahead, 3*time.Millisecond, "libfaketime is not in effect")
+}
+
+// TestClockFarTooFastOnMajorityBreaksTheLock shows the violation Redlock's
+// clock assumption excludes: on a majority the clock runs twice as fast,
+// the keys vanish after half the TTL, and a second client takes the lock
+// while the first still holds it by its own validity.
+func TestClockFarTooFastOnMajorityBreaksTheLock(t *testing.T) {
+	ft := faketimeOrSkip(t)
+	cl := integration.NewProcessCluster(t, 5, integration.ProcessOptions{EnvFor: func(i int) []string {
+		if i < 3 {
+			return ft.Rate(2)
+		}
+		return nil
+	}})
+	a := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
+	b := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
+
+	const ttl = 2 * time.Second
+	start := time.Now()
+	la, err := a.Acquire(context.Background(), "job", ttl)
+	require.NoError(t, err)
+	lb, obtained := acquireUntil(t, b, "job", ttl, la.Until())
+	require.NotNil(t, lb, "expected b to get the lock while a holds it: the fast clocks expired a's keys")
+	t.Logf("b got the lock %v after a, %v before a's validity ended", obtained.Sub(start), la.Until().Sub(obtained))
+	assert.True(t, obtained.Before(la.Until()), "held twice")
+	assert.Greater(t, obtained.Sub(start), ttl/2-100*time.Millisecond, "not before the fast clocks ran out half the TTL")
+	for i, v := range values(t, cl, "job")[:3] {
+		assert.NotEqual(t, la.Value(), v, "a's key expired early on fast master %d", i)
+	}
+}
+
+// TestClockJumpOnMinorityIsSurvived jumps the clocks of two masters forward
+// by more than the TTL while a lock is held: the lock vanishes there, but
+// the other three still hold it, so nobody else gets it and the holder can
+// extend and release it.
+func TestClockJumpOnMinorityIsSurvived(t *testing.T) {
+	l, cl, b := lockThenJump(t, 2)
+	ctx := context.Background()
+	_, err := b.Acquire(ctx, "job", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "three masters still hold the lock")
+	assert.True(t, l.Held())
+	require.NoError(t, l.Extend(ctx, 10*time.Second), "a quorum still holds it")
+	assert.Equal(t, []string{"", ""}, values(t, cl, "job")[:2], "extend does not re-create a lost key")
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestClockJumpOnMajorityBreaksTheLock is the same jump on three masters:
+// the lock is gone from a majority and a second client takes it while the
+// first still holds it by its validity.
+func TestClockJumpOnMajorityBreaksTheLock(t *testing.T) {
+	l, _, b := lockThenJump(t, 3)
+	lb, err := b.Acquire(context.Background(), "job", 10*time.Second)
+	require.NoError(t, err, "the jump freed a majority")
+	assert.True(t, l.Held(), "held twice")
+	require.NoError(t, lb.Release(context.Background()))
+}
+
+// lockThenJump starts five masters, the first n of them on a clock file,
+// takes a 10s lock, jumps the clock file 30s forward and waits until the
+// lock is gone from those n masters. It returns the lock, the cluster and a
+// second client.
+func lockThenJump(t *testing.T, n int) (*redlock.Lock, *integration.Cluster, *redlock.Client) {
+	t.Helper()
+	ft := faketimeOrSkip(t)
+	clock, err := nemesis.NewClockFile(t.TempDir())
+	require.NoError(t, err)
+	cl := integration.NewProcessCluster(t, 5, integration.ProcessOptions{EnvFor: func(i int) []string {
+		if i < n {
+			return ft.Jumpable(clock)
+		}
+		return nil
+	}})
+	a := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
+	b := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
+	l, err := a.Acquire(context.Background(), "job", 10*time.Second)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+
+	require.NoError(t, clock.Set(30*time.Second))
+	require.Eventually(t, func() bool {
+		v := values(t, cl, "job")
+		for i := range n {
+			if v[i] != "" {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 5*time.Millisecond, "the lock did not expire on the jumped masters")
+	ahead := clockAhead(t, cl, 0)
+	assert.Greater(t, ahead, 29*time.Second, "m0's clock jumped")
+	assert.Equal(t, repeat(l.Value(), 5-n), values(t, cl, "job")[n:], "the others still hold it")
+	return l, cl, b
+}

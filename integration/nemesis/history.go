@@ -1,0 +1,246 @@
+package nemesis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Recorder collects the critical sections of a run on one monotonic clock
+// (its Now). It is safe for concurrent use.
+type Recorder struct {
+	start time.Time
+
+	mu       sync.Mutex
+	sections []Section
+}
+
+// NewRecorder returns an empty recorder whose clock starts now.
+func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// Now returns the time since the recorder started, on the monotonic clock.
+func (r *Recorder) Now() time.Duration { return time.Since(r.start) }
+
+// Record appends a finished section.
+func (r *Recorder) Record(s Section) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sections = append(r.sections, s)
+}
+
+// Sections returns a copy of the sections recorded so far, in recording
+// order.
+func (r *Recorder) Sections() []Section {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sections)
+}
+
+// Section is one critical section: from the moment a client's Lock
+// returned (Enter) to the moment it called Unlock (Exit), with the
+// read-modify-write it made on the Resource in between. Times are on the
+// Recorder's clock.
+type Section struct {
+	Client int    // which client held the lock
+	Value  string // the lock's value: identifies the acquisition
+	Fence  Fence  // the token presented to the resource, if any
+
+	Enter, Exit time.Duration
+
+	ReadOK bool          // the read was accepted
+	Read   int64         // the value read
+	ReadAt time.Duration // when the read took effect
+
+	Committed bool          // the write was accepted
+	Written   int64         // the value written (Read+1)
+	WriteAt   time.Duration // when the write took effect
+
+	Rejected bool // the resource rejected the read or the write as stale (fencing)
+	Aborted  bool // the holder's validity ran out before the write: nothing written
+}
+
+// Overlap is a pair of sections whose [Enter, Exit] intervals intersect:
+// two clients held the lock at the same time.
+type Overlap struct {
+	First, Second Section       // First entered no later than Second
+	Length        time.Duration // how long both were inside
+}
+
+// Result is what Check found in a history.
+type Result struct {
+	Sections  int   // sections recorded
+	Committed int   // sections whose write was accepted
+	Final     int64 // the resource's value at the end
+	Rejected  int   // sections stopped by the resource's fencing check
+	Aborted   int   // sections that gave up because their validity ran out
+
+	Overlaps []Overlap // pairs of sections that held the lock at once
+	// LostUpdates is Committed - Final: increments that were overwritten
+	// (negative if the resource holds writes nobody committed).
+	LostUpdates int
+	// StaleReads are committed sections, in write order, whose read did not
+	// see the previous committed write.
+	StaleReads []Section
+	// Linearizable is porcupine's verdict on the history as operations of a
+	// sequential counter (Ok, Illegal, or Unknown after its time limit).
+	Linearizable porcupine.CheckResult
+}
+
+// Violations counts every problem found: overlaps, lost updates, stale
+// reads, and a non-linearizable history.
+func (r *Result) Violations() int {
+	n := len(r.Overlaps) + abs(r.LostUpdates) + len(r.StaleReads)
+	if r.Linearizable == porcupine.Illegal {
+		n++
+	}
+	return n
+}
+
+// MutualExclusionViolated reports whether two clients ever held the lock at
+// once.
+func (r *Result) MutualExclusionViolated() bool { return len(r.Overlaps) > 0 }
+
+// DataCorrupted reports whether the resource lost an update or served a
+// stale read, or the history is not linearizable.
+func (r *Result) DataCorrupted() bool {
+	return r.LostUpdates != 0 || len(r.StaleReads) > 0 || r.Linearizable == porcupine.Illegal
+}
+
+func (r *Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d sections, %d committed, final %d, %d rejected by fencing, %d aborted; "+
+		"%d overlaps, %d lost updates, %d stale reads, linearizable: %s",
+		r.Sections, r.Committed, r.Final, r.Rejected, r.Aborted,
+		len(r.Overlaps), r.LostUpdates, len(r.StaleReads), r.Linearizable)
+	for i, o := range r.Overlaps {
+		if i == 3 {
+			fmt.Fprintf(&b, "\n  ... %d more overlaps", len(r.Overlaps)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n  overlap %v: client %d [%v, %v] and client %d [%v, %v]",
+			o.Length, o.First.Client, o.First.Enter, o.First.Exit, o.Second.Client, o.Second.Enter, o.Second.Exit)
+	}
+	for i, s := range r.StaleReads {
+		if i == 3 {
+			fmt.Fprintf(&b, "\n  ... %d more stale reads", len(r.StaleReads)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n  stale read: client %d read %d at %v, wrote %d at %v", s.Client, s.Read, s.ReadAt, s.Written, s.WriteAt)
+	}
+	return b.String()
+}
+
+func abs(n int) int { return max(n, -n) }
+
+// LinearizabilityTimeout bounds porcupine's search in Check.
+const LinearizabilityTimeout = 10 * time.Second
+
+// Check examines a history of sections on a resource that started at 0 and
+// ended at final:
+//   - overlaps: two sections whose [Enter, Exit] intervals intersect;
+//   - lost updates: final != the number of committed writes;
+//   - stale reads: in the order the writes took effect, a committed section
+//     that did not read the value the previous committed section wrote;
+//   - linearizability (porcupine): the sections, each an atomic
+//     read-increment-write (or a plain read when its write did not happen)
+//     between its read and its write, must be explainable by a sequential
+//     counter.
+//
+// It blocks for at most LinearizabilityTimeout.
+func Check(sections []Section, final int64) *Result {
+	r := &Result{Sections: len(sections), Final: final}
+	byEnter := slices.Clone(sections)
+	slices.SortStableFunc(byEnter, func(a, b Section) int { return cmp.Compare(a.Enter, b.Enter) })
+	for i, a := range byEnter {
+		for _, b := range byEnter[i+1:] {
+			if b.Enter > a.Exit {
+				break
+			}
+			r.Overlaps = append(r.Overlaps, Overlap{First: a, Second: b, Length: min(a.Exit, b.Exit) - b.Enter})
+		}
+		if a.Rejected {
+			r.Rejected++
+		}
+		if a.Aborted {
+			r.Aborted++
+		}
+	}
+
+	var committed []Section
+	for _, s := range sections {
+		if s.Committed {
+			committed = append(committed, s)
+		}
+	}
+	slices.SortStableFunc(committed, func(a, b Section) int { return cmp.Compare(a.WriteAt, b.WriteAt) })
+	r.Committed = len(committed)
+	r.LostUpdates = r.Committed - int(final)
+	var last int64
+	for _, s := range committed {
+		if s.Read != last {
+			r.StaleReads = append(r.StaleReads, s)
+		}
+		last = s.Written
+	}
+
+	r.Linearizable = porcupine.CheckOperationsTimeout(counterModel, operations(sections), LinearizabilityTimeout)
+	return r
+}
+
+// counterOutput is what a section observed: a read, and a write if it
+// committed one.
+type counterOutput struct {
+	read      int64
+	committed bool
+	written   int64
+}
+
+// counterModel is a sequential counter: a committed section read the state
+// and wrote state+1; a section that only read must have read the state.
+var counterModel = porcupine.Model{
+	Init: func() any { return int64(0) },
+	Step: func(state, _, output any) (bool, any) {
+		s, out := state.(int64), output.(counterOutput)
+		if out.read != s {
+			return false, s
+		}
+		if out.committed {
+			return out.written == s+1, out.written
+		}
+		return true, s
+	},
+	DescribeOperation: func(_, output any) string {
+		out := output.(counterOutput)
+		if out.committed {
+			return fmt.Sprintf("read %d, wrote %d", out.read, out.written)
+		}
+		return fmt.Sprintf("read %d", out.read)
+	},
+}
+
+// operations turns the sections that read something into porcupine
+// operations spanning the instants their effects took place.
+func operations(sections []Section) []porcupine.Operation {
+	var ops []porcupine.Operation
+	for _, s := range sections {
+		if !s.ReadOK {
+			continue
+		}
+		ret := s.ReadAt
+		if s.Committed {
+			ret = s.WriteAt
+		}
+		ops = append(ops, porcupine.Operation{
+			ClientId: s.Client,
+			Call:     int64(s.ReadAt),
+			Return:   int64(ret),
+			Output:   counterOutput{read: s.Read, committed: s.Committed, written: s.Written},
+		})
+	}
+	return ops
+}

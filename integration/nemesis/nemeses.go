@@ -1,0 +1,251 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock/integration"
+)
+
+// actionTimeout bounds one action of a nemesis on a master (kill, restart,
+// pause, resume). Actions are not cut short when the run's context ends, so
+// a repair after the end still happens.
+const actionTimeout = 30 * time.Second
+
+// act applies f to the masters at idx in parallel, bounded by actionTimeout
+// but not by ctx's cancellation, and joins the errors.
+func act(ctx context.Context, idx []int, masters []integration.Master, f func(integration.Master, context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actionTimeout)
+	defer cancel()
+	var g errgroup.Group
+	errs := make([]error, len(idx))
+	for k, i := range idx {
+		g.Go(func() error {
+			if err := f(masters[i], ctx); err != nil {
+				errs[k] = fmt.Errorf("nemesis: %w", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
+// None injects no fault: the baseline.
+type None struct{}
+
+// Run waits for ctx.
+func (None) Run(ctx context.Context, _ *Env) error {
+	<-ctx.Done()
+	return nil
+}
+
+// KillMinority kills Count random masters, keeps them down for Down and
+// restarts them with empty data, then leaves the cluster alone for Up; and
+// again. A Down longer than the longest TTL is the spec's delayed restart.
+type KillMinority struct {
+	Count    int
+	Down, Up time.Duration
+}
+
+// Run injects faults until ctx ends; killed masters are restarted before
+// it returns.
+func (k KillMinority) Run(ctx context.Context, env *Env) error {
+	for ctx.Err() == nil {
+		idx := env.Pick(k.Count)
+		if err := act(ctx, idx, env.Cluster.Masters, integration.Master.Kill); err != nil {
+			return err
+		}
+		for _, i := range idx {
+			env.Fault("kill %s", env.Cluster.Masters[i].Name())
+		}
+		Sleep(ctx, k.Down)
+		if err := act(ctx, idx, env.Cluster.Masters, integration.Master.Restart); err != nil {
+			return err
+		}
+		Sleep(ctx, k.Up)
+	}
+	return nil
+}
+
+// PauseMinority freezes Count random masters (SIGSTOP) for Pause, resumes
+// them, and leaves the cluster alone for Up; and again.
+type PauseMinority struct {
+	Count     int
+	Pause, Up time.Duration
+}
+
+// Run injects faults until ctx ends; paused masters are resumed before it
+// returns.
+func (p PauseMinority) Run(ctx context.Context, env *Env) error {
+	for ctx.Err() == nil {
+		idx := env.Pick(p.Count)
+		if err := act(ctx, idx, env.Cluster.Masters, integration.Master.Pause); err != nil {
+			return err
+		}
+		for _, i := range idx {
+			env.Fault("pause %s", env.Cluster.Masters[i].Name())
+		}
+		Sleep(ctx, p.Pause)
+		if err := act(ctx, idx, env.Cluster.Masters, integration.Master.Resume); err != nil {
+			return err
+		}
+		Sleep(ctx, p.Up)
+	}
+	return nil
+}
+
+// CutMinority cuts the clients off from Count random masters (the proxies
+// close their connections and refuse new ones) for Cut, heals, and leaves
+// the network alone for Up; and again.
+type CutMinority struct {
+	Count   int
+	Cut, Up time.Duration
+}
+
+// Run injects faults until ctx ends; every proxy is healed before it
+// returns.
+func (c CutMinority) Run(ctx context.Context, env *Env) error {
+	for ctx.Err() == nil {
+		idx := env.Pick(c.Count)
+		for _, i := range idx {
+			if err := env.Proxies.Cut(i); err != nil {
+				return err
+			}
+			env.Fault("cut clients from %s", env.Cluster.Masters[i].Name())
+		}
+		Sleep(ctx, c.Cut)
+		if err := env.Proxies.HealAll(); err != nil {
+			return err
+		}
+		Sleep(ctx, c.Up)
+	}
+	return nil
+}
+
+// SlowOne delays the replies of one random master by each of Latencies in
+// turn (below and above the node timeout, say), each for Period, with Up
+// between.
+type SlowOne struct {
+	Latencies  []time.Duration
+	Period, Up time.Duration
+}
+
+// Run injects faults until ctx ends; every proxy is healed before it
+// returns.
+func (s SlowOne) Run(ctx context.Context, env *Env) error {
+	for n := 0; ctx.Err() == nil; n++ {
+		i := env.Pick(1)[0]
+		d := s.Latencies[n%len(s.Latencies)]
+		if err := env.Proxies.Latency(i, d); err != nil {
+			return err
+		}
+		env.Fault("latency %v on %s", d, env.Cluster.Masters[i].Name())
+		Sleep(ctx, s.Period)
+		if err := env.Proxies.HealAll(); err != nil {
+			return err
+		}
+		Sleep(ctx, s.Up)
+	}
+	return nil
+}
+
+// FastClocks starts masters 0..Count-1 with clocks running Rate times as
+// fast as real time (libfaketime), for the whole run. Redis expires keys by
+// its clock, so their locks live TTL/Rate. Within the drift allowance
+// (Rate-1 < DriftFactor) Redlock stays safe; far beyond it on a majority,
+// a lock expires while its holder still counts on it.
+type FastClocks struct {
+	Count int
+	Rate  float64
+}
+
+// ProcessOptions preloads libfaketime into the first Count masters. It
+// fails with ErrNoFaketime if the library is missing.
+func (f FastClocks) ProcessOptions(Config) (integration.ProcessOptions, error) {
+	ft, err := FindFaketime()
+	if err != nil {
+		return integration.ProcessOptions{}, err
+	}
+	return integration.ProcessOptions{EnvFor: func(i int) []string {
+		if i < f.Count {
+			return ft.Rate(f.Rate)
+		}
+		return nil
+	}}, nil
+}
+
+// Run counts the skewed clocks as faults and waits for ctx.
+func (f FastClocks) Run(ctx context.Context, env *Env) error {
+	for i := range f.Count {
+		env.Fault("clock of %s runs x%v", env.Cluster.Masters[i].Name(), f.Rate)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// RestartHolders crashes masters under a held lock and brings them back
+// empty. Each cycle kills PreKill random masters, waits for a client to
+// enter a critical section, kills Count of the masters still running while
+// that section lasts, waits Delay, and restarts every killed master with
+// empty data; then leaves the cluster alone for Up.
+//
+// With PreKill = masters - quorum, a holder holds the lock on every
+// running master, so the Count victims are masters the holder had. With
+// Delay longer than the TTL this is the spec's delayed restart and stays
+// safe. With Delay 0 and PreKill+Count >= quorum, the holder's lock is left
+// on fewer than a quorum of masters while the restarted ones are free: a
+// second client can take the lock. That breaks Redlock's persistence
+// assumption.
+type RestartHolders struct {
+	PreKill, Count int
+	Delay, Up      time.Duration
+}
+
+// Run injects faults until ctx ends; every killed master is restarted
+// before it returns.
+func (r RestartHolders) Run(ctx context.Context, env *Env) error {
+	masters := env.Cluster.Masters
+	for ctx.Err() == nil {
+		perm := env.Pick(len(masters))
+		killed := perm[:r.PreKill]
+		if err := act(ctx, killed, masters, integration.Master.Kill); err != nil {
+			return err
+		}
+		for _, i := range killed {
+			env.Fault("kill %s", masters[i].Name())
+		}
+		for {
+			s, err := env.NextSection(ctx)
+			if err != nil {
+				break
+			}
+			select {
+			case <-s.Done:
+				continue // too late for this one
+			default:
+			}
+			victims := perm[r.PreKill : r.PreKill+r.Count]
+			if err := act(ctx, victims, masters, integration.Master.Kill); err != nil {
+				return err
+			}
+			for _, i := range victims {
+				env.Fault("kill %s under client %d's lock", masters[i].Name(), s.Client)
+			}
+			killed = perm[:r.PreKill+r.Count]
+			break
+		}
+		if r.Delay > 0 {
+			Sleep(ctx, r.Delay)
+		}
+		if err := act(ctx, killed, masters, integration.Master.Restart); err != nil {
+			return err
+		}
+		Sleep(ctx, r.Up)
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package nemesis_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/integration/nemesis"
+)
+
+// runScenario runs sc, skipping when redis-server or libfaketime is
+// missing unless REDLOCK_REQUIRE_INTEGRATION=1.
+func runScenario(t *testing.T, sc nemesis.Scenario) *nemesis.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rep, err := nemesis.Run(ctx, sc.Config, sc.Nemesis)
+	if errors.Is(err, integration.ErrNoRedisServer) || errors.Is(err, nemesis.ErrNoFaketime) {
+		if os.Getenv(integration.EnvRequire) == "1" {
+			t.Fatalf("%v (%s=1)", err, integration.EnvRequire)
+		}
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Logf("%s: %d lock calls (%d failed), %d faults, %d unlocks found the lock gone, %v\n%v",
+		sc.Name, rep.LockCalls, rep.LockFails, rep.Faults, rep.NotHeld, rep.Elapsed.Round(time.Millisecond), rep.Result)
+	if n := len(rep.FaultLog); n > 0 {
+		t.Logf("faults: %s ... %s", rep.FaultLog[0], rep.FaultLog[n-1])
+	}
+	return rep
+}
+
+func scenario(t *testing.T, name string) nemesis.Scenario {
+	t.Helper()
+	for _, sc := range nemesis.Scenarios(nemesis.Quick) {
+		if sc.Name == name {
+			return sc
+		}
+	}
+	t.Fatalf("no scenario %q", name)
+	return nemesis.Scenario{}
+}
+
+// TestSafeScenarios runs every nemesis that stays within Redlock's
+// assumptions: the checker must find no overlap, no lost update, no stale
+// read, and a linearizable history, with work done and faults injected.
+func TestSafeScenarios(t *testing.T) {
+	for _, sc := range nemesis.Scenarios(nemesis.Quick) {
+		if !sc.Safe {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel() // mostly waiting; -parallel (GOMAXPROCS) bounds how many at once
+			rep := runScenario(t, sc)
+			r := rep.Result
+			assert.Zero(t, r.Violations(), "violations under %s:\n%v", sc.Name, r)
+			assert.Positive(t, r.Committed, "no section committed")
+			assert.Equal(t, int64(r.Committed), r.Final)
+			if sc.Name != "none" {
+				assert.Positive(t, rep.Faults, "no fault injected")
+			}
+			assert.True(t, rep.Fencing, "the resource checked fencing tokens")
+			if !sc.LosesCounters {
+				assert.Zero(t, r.Rejected, "fencing tokens went backwards")
+			}
+			assert.LessOrEqual(t, rep.LockCalls, sc.Config.Clients*sc.Config.Sections, "bounded in count")
+		})
+	}
+}
+
+// TestCheckerDetectsBrokenAssumptions runs the nemeses that break
+// Redlock's assumptions (a restart without persistence and without delay,
+// clocks far too fast on a majority): the checker must report that two
+// clients held the lock at once, and either the resulting data corruption
+// or, when fencing is wired, the stale operations the resource rejected.
+func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
+	for _, sc := range nemesis.Scenarios(nemesis.Quick) {
+		if sc.Safe {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel() // mostly waiting; -parallel (GOMAXPROCS) bounds how many at once
+			rep := runScenario(t, sc)
+			r := rep.Result
+			assert.True(t, r.MutualExclusionViolated(), "no overlap reported under %s:\n%v", sc.Name, r)
+			if rep.Fencing {
+				assert.True(t, r.DataCorrupted() || r.Rejected > 0, "neither corruption nor rejection:\n%v", r)
+			} else {
+				assert.True(t, r.DataCorrupted(), "no lost update or stale read reported:\n%v", r)
+			}
+			assert.Positive(t, rep.Faults)
+		})
+	}
+}
+
+// TestRunIsBoundedInTime: a run stops at its Duration even when the
+// sections would take much longer.
+func TestRunIsBoundedInTime(t *testing.T) {
+	sc := scenario(t, "none")
+	sc.Config.Sections, sc.Config.Hold, sc.Config.Duration = 1000, 100*time.Millisecond, time.Second
+	rep := runScenario(t, sc)
+	assert.Less(t, rep.Elapsed, 5*time.Second)
+	assert.Less(t, rep.LockCalls, 3*1000)
+	assert.Zero(t, rep.Result.Violations())
+}

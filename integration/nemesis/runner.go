@@ -1,0 +1,390 @@
+package nemesis
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+// Config describes one run: the cluster, the clients and their load. The
+// zero value of each field selects its default.
+type Config struct {
+	Masters  int           // independent masters; default 5
+	Clients  int           // clients, each with its own go-redis clients, redlock.Client and mutex.Mutex; default 3
+	Sections int           // lock calls per client at most; default 20
+	Duration time.Duration // no lock call starts after this; default 10s
+
+	Key         string        // the lock key; default "resource"
+	TTL         time.Duration // lock TTL; default 1s
+	NodeTimeout time.Duration // redlock.Options.NodeTimeout; default 100ms
+	LockTimeout time.Duration // bound of one mutex.Lock call; default 2s
+	// Hold is the time between the read and the write inside a section,
+	// which widens the window a second holder would hit; default 2ms.
+	Hold time.Duration
+	// HoldUntilValidity, if positive, replaces Hold: the section lasts
+	// until this much before the lock's validity ends, as a client that
+	// uses its whole lease would.
+	HoldUntilValidity time.Duration
+	MinRetryDelay     time.Duration // mutex.Options; default 1ms
+	MaxRetryDelay     time.Duration // mutex.Options; default 20ms
+
+	// Fencing, if not nil, gives each section's token to the Resource.
+	Fencing FencingFunc
+	// Binary is the redis-server executable; default from PATH.
+	Binary string
+	// Logf, if not nil, receives a line per injected fault.
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Masters == 0 {
+		c.Masters = 5
+	}
+	if c.Clients == 0 {
+		c.Clients = 3
+	}
+	if c.Sections == 0 {
+		c.Sections = 20
+	}
+	if c.Key == "" {
+		c.Key = "resource"
+	}
+	def(&c.Duration, 10*time.Second)
+	def(&c.TTL, time.Second)
+	def(&c.NodeTimeout, 100*time.Millisecond)
+	def(&c.LockTimeout, 2*time.Second)
+	def(&c.Hold, 2*time.Millisecond)
+	def(&c.MinRetryDelay, time.Millisecond)
+	def(&c.MaxRetryDelay, 20*time.Millisecond)
+}
+
+// Quorum is the majority of the masters.
+func (c *Config) Quorum() int { return c.Masters/2 + 1 }
+
+// Nemesis injects faults during a run.
+type Nemesis interface {
+	// Run injects faults until ctx ends, then repairs what it broke
+	// (resumes, restarts, heals) before it returns. It counts each fault
+	// with env.Fault. It must return soon after ctx ends.
+	Run(ctx context.Context, env *Env) error
+}
+
+// ProcessConfigurer is implemented by a Nemesis that needs the masters
+// started in a special way (libfaketime, for example).
+type ProcessConfigurer interface {
+	ProcessOptions(cfg Config) (integration.ProcessOptions, error)
+}
+
+// Entered describes a section that has just started.
+type Entered struct {
+	Client int
+	Value  string          // the lock's value
+	At     time.Duration   // on the Recorder's clock
+	Done   <-chan struct{} // closed when the section ends (before Unlock)
+}
+
+// Env is what a Nemesis acts on. Its methods are safe for concurrent use.
+type Env struct {
+	Cluster *integration.Cluster
+	Proxies *Proxies // the clients' only path to the masters
+	Config  Config
+	Rec     *Recorder
+
+	faults atomic.Int64
+	mu     sync.Mutex
+	log    []string
+	wait   []chan Entered
+}
+
+// Fault counts one injected fault and logs it.
+func (e *Env) Fault(format string, args ...any) {
+	e.faults.Add(1)
+	line := fmt.Sprintf("%8.3fs ", e.Rec.Now().Seconds()) + fmt.Sprintf(format, args...)
+	e.mu.Lock()
+	e.log = append(e.log, line)
+	e.mu.Unlock()
+	if e.Config.Logf != nil {
+		e.Config.Logf("%s", line)
+	}
+}
+
+func (e *Env) faultLog() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.log)
+}
+
+// NextSection blocks until a client enters a critical section after the
+// call, or ctx ends.
+func (e *Env) NextSection(ctx context.Context) (Entered, error) {
+	ch := make(chan Entered, 1)
+	e.mu.Lock()
+	e.wait = append(e.wait, ch)
+	e.mu.Unlock()
+	select {
+	case s := <-ch:
+		return s, nil
+	case <-ctx.Done():
+		e.mu.Lock()
+		e.wait = slices.DeleteFunc(e.wait, func(c chan Entered) bool { return c == ch })
+		e.mu.Unlock()
+		return Entered{}, ctx.Err()
+	}
+}
+
+func (e *Env) entered(s Entered) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ch := range e.wait {
+		ch <- s // buffered, and each waiter is sent to once
+	}
+	e.wait = nil
+}
+
+// Pick returns k distinct master indexes at random.
+func (e *Env) Pick(k int) []int {
+	return mrand.Perm(len(e.Cluster.Masters))[:k]
+}
+
+// Sleep waits for d or until ctx ends; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Report is the outcome of one run.
+type Report struct {
+	Config    Config
+	Faults    int           // faults the nemesis injected
+	FaultLog  []string      // one line per fault
+	LockCalls int           // mutex.Lock calls, but for those the end of the load cut short
+	LockFails int           // Lock calls that did not get the lock within LockTimeout
+	NotHeld   int           // Unlock calls that found the lock gone from the quorum
+	Fencing   bool          // a FencingFunc was set and gave tokens
+	Elapsed   time.Duration // the whole run, cluster start to stop
+	Result    *Result       // the checker's findings
+}
+
+// FencingColumn says how many sections the resource stopped for a stale
+// fencing token, or that it did not check tokens.
+func (r *Report) FencingColumn() string {
+	switch {
+	case r.Config.Fencing == nil:
+		return "n/a (tokens not checked)"
+	case !r.Fencing:
+		return "n/a (no tokens: fencing off)"
+	}
+	return fmt.Sprint(r.Result.Rejected)
+}
+
+// Run starts cfg.Masters redis-server processes and a proxy for each, runs
+// cfg.Clients clients through the proxies while nem injects faults, stops
+// the clients after cfg.Sections lock calls each or cfg.Duration, stops the
+// nemesis, and checks the recorded history. It blocks until everything is
+// stopped; ctx bounds the whole run. It returns an error only if the run
+// itself could not be carried out (masters did not start, a nemesis action
+// failed); violations are in the Report.
+func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) {
+	cfg.setDefaults()
+	opts := integration.ProcessOptions{}
+	if pc, ok := nem.(ProcessConfigurer); ok {
+		if opts, err = pc.ProcessOptions(cfg); err != nil {
+			return nil, err
+		}
+	}
+	opts.Binary = cfg.Binary
+	began := time.Now()
+	cluster, err := integration.StartProcesses(ctx, cfg.Masters, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, cluster.Close()) }()
+	proxies, err := NewProxies(cluster.Addrs())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, proxies.Close()) }()
+
+	rec := NewRecorder()
+	env := &Env{Cluster: cluster, Proxies: proxies, Config: cfg, Rec: rec}
+	res := NewResource(rec)
+	workers := make([]*worker, cfg.Clients)
+	for i := range workers {
+		w, err := newWorker(i, cfg, proxies.NewClients(), env, res)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, w.client.Close()) }()
+		workers[i] = w
+	}
+
+	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
+	defer stopLoad()
+	nemCtx, stopNemesis := context.WithCancel(ctx)
+	defer stopNemesis()
+	nemErr := make(chan error, 1)
+	go func() { nemErr <- nem.Run(nemCtx, env) }()
+
+	var g errgroup.Group
+	for _, w := range workers {
+		g.Go(func() error { return w.run(loadCtx) })
+	}
+	loadErr := g.Wait()
+	stopNemesis()
+	if err := errors.Join(loadErr, <-nemErr); err != nil {
+		return nil, err
+	}
+
+	rep = &Report{
+		Config:   cfg,
+		Faults:   int(env.faults.Load()),
+		FaultLog: env.faultLog(),
+		Result:   Check(rec.Sections(), res.Value()),
+	}
+	for _, w := range workers {
+		rep.LockCalls += w.lockCalls
+		rep.LockFails += w.lockFails
+		rep.NotHeld += w.notHeld
+		rep.Fencing = rep.Fencing || w.fenced
+	}
+	rep.Elapsed = time.Since(began)
+	return rep, nil
+}
+
+// worker is one client: its own go-redis clients, redlock.Client and
+// mutex.Mutex. Only its goroutine uses it.
+type worker struct {
+	id     int
+	cfg    Config
+	client *redlock.Client
+	mutex  *mutex.Mutex
+	env    *Env
+	res    *Resource
+
+	lockCalls, lockFails, notHeld int
+	fenced                        bool
+}
+
+func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res *Resource) (*worker, error) {
+	w := &worker{id: id, cfg: cfg, env: env, res: res}
+	c, err := redlock.New(masters, &redlock.Options{
+		NodeTimeout: cfg.NodeTimeout,
+		// Values name their client, so a holder can be told on the masters.
+		NewValue: func() (string, error) { return fmt.Sprintf("c%d-%s", id, rand.Text()), nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.client = c
+	w.mutex, err = mutex.New(c, cfg.Key, &mutex.Options{
+		TTL:           cfg.TTL,
+		MinRetryDelay: cfg.MinRetryDelay,
+		MaxRetryDelay: cfg.MaxRetryDelay,
+	})
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return w, nil
+}
+
+// unlockTimeout bounds an Unlock; it uses a fresh context, as the load's
+// may have ended.
+const unlockTimeout = 2 * time.Second
+
+// run makes up to cfg.Sections lock calls, each followed by a
+// read-increment-write on the resource when it got the lock.
+func (w *worker) run(ctx context.Context) error {
+	rec := w.env.Rec
+	for range w.cfg.Sections {
+		if ctx.Err() != nil {
+			return nil
+		}
+		lctx, cancel := context.WithTimeout(ctx, w.cfg.LockTimeout)
+		err := w.mutex.Lock(lctx)
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return nil // the load ended during the call
+		}
+		w.lockCalls++
+		if err != nil {
+			if !errors.Is(err, redlock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("client %d: lock: %w", w.id, err)
+			}
+			w.lockFails++
+			continue
+		}
+		s := Section{Client: w.id, Enter: rec.Now()}
+		if l := w.mutex.Held(); l != nil {
+			s.Value = l.Value()
+		}
+		done := make(chan struct{})
+		w.env.entered(Entered{Client: w.id, Value: s.Value, At: s.Enter, Done: done})
+		if w.cfg.Fencing != nil {
+			s.Fence.Token, s.Fence.Valid = w.cfg.Fencing(w.mutex)
+			w.fenced = w.fenced || s.Fence.Valid
+		}
+		w.section(&s)
+		s.Exit = rec.Now()
+		close(done)
+		uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+		err = w.mutex.Unlock(uctx)
+		cancel()
+		if errors.Is(err, redlock.ErrNotHeld) {
+			w.notHeld++
+		} else if err != nil {
+			return fmt.Errorf("client %d: unlock: %w", w.id, err)
+		}
+		w.env.Rec.Record(s)
+	}
+	return nil
+}
+
+// section reads the resource, holds, and writes the increment back unless
+// the lock's validity ran out meanwhile or the resource rejected the token.
+func (w *worker) section(s *Section) {
+	v, at, err := w.res.Read(s.Fence)
+	if err != nil {
+		s.Rejected = true
+		return
+	}
+	s.ReadOK, s.Read, s.ReadAt = true, v, at
+	if w.cfg.HoldUntilValidity > 0 {
+		time.Sleep(time.Until(w.mutex.Until().Add(-w.cfg.HoldUntilValidity)))
+	} else {
+		time.Sleep(w.cfg.Hold)
+	}
+	if !time.Now().Before(w.mutex.Until()) {
+		s.Aborted = true
+		return
+	}
+	at, err = w.res.Write(s.Fence, v+1)
+	if err != nil {
+		s.Rejected = true
+		return
+	}
+	s.Committed, s.Written, s.WriteAt = true, v+1, at
+}
