@@ -37,6 +37,11 @@ var (
 	// decided before that master answered.
 	ErrNoReply = errors.New("no reply before the quorum was decided")
 
+	// ErrMasterBusy is a master's error in a QuorumError when the round did
+	// not send to it: half its client's connection pool was still busy with
+	// calls of earlier rounds (a slow master is not waited for).
+	ErrMasterBusy = errors.New("master busy: too many calls under way")
+
 	// ErrNodeTimeout is a master's error in a QuorumError when it did not
 	// answer within Options.NodeTimeout.
 	ErrNodeTimeout = errors.New("no reply within the node timeout")

@@ -196,8 +196,9 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		}
 	}()
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
-	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
-	mayHaveApplied := s.val > 0 || s.err != nil // a timed-out write may still land
+	s.val, s.err = nd.evalRound(ctx, o.script, o.keys, o.args)
+	// A timed-out write may still land; a call not sent cannot.
+	mayHaveApplied := s.val > 0 || (s.err != nil && s.err != ErrMasterBusy)
 	agreed := s.agreed()
 	r.replies <- i
 	if o.after != nil {

@@ -433,3 +433,19 @@ func TestReleaseWithEndedContextStillReleases(t *testing.T) {
 		assert.False(t, held)
 	}
 }
+
+func TestBusyMasterIsNotSentMore(t *testing.T) {
+	fs := fakes(3)
+	fs[2].block(false) // never answers during the test
+	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Hour})
+	c.nodes[2].maxCalls = 1
+	l1, err := c.Acquire(context.Background(), "a", 2*time.Hour)
+	require.NoError(t, err)
+	l2, err := c.Acquire(context.Background(), "b", 2*time.Hour)
+	require.NoError(t, err, "two fast masters are a quorum")
+	require.NoError(t, l2.Release(context.Background()))
+	fs[2].unblock()
+	require.NoError(t, l1.Release(context.Background()))
+	require.NoError(t, c.Close())
+	assert.Equal(t, []string{"acquire", "release"}, fs[2].callNames(), "only l1's calls were sent to the busy master")
+}

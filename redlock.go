@@ -170,7 +170,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout}
+		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout, maxCalls: maxCallsFor(client)}
 	}
 	return c, nil
 }
