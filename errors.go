@@ -38,8 +38,9 @@ var (
 	ErrNoReply = errors.New("no reply before the quorum was decided")
 
 	// ErrMasterBusy is a master's error in a QuorumError when the round did
-	// not send to it: half its client's connection pool was still busy with
-	// calls of earlier rounds (a slow master is not waited for).
+	// not send to it: twice its client's connection pool in calls that
+	// earlier rounds had been decided without were still under way (a slow
+	// master is never waited for, so its calls could pile up).
 	ErrMasterBusy = errors.New("master busy: too many calls under way")
 
 	// ErrNodeTimeout is a master's error in a QuorumError when it did not

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,8 +20,9 @@ type fakeMaster struct {
 	calls    []string          // script names, in call order; "EVAL" marks a fallback
 	cached   bool              // the script cache is loaded
 	gate     chan struct{}
-	honorCtx bool  // a blocked call returns when its context ends
-	err      error // every call fails with it
+	honorCtx bool         // a blocked call returns when its context ends
+	entered  atomic.Int32 // calls that reached the master, blocked or not
+	err      error        // every call fails with it
 }
 
 func newFake() *fakeMaster {
@@ -71,6 +73,7 @@ func scriptName(sha string) string {
 }
 
 func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args []any) *redis.Cmd {
+	f.entered.Add(1)
 	if ctx.Err() != nil { // as go-redis: an ended context sends nothing
 		return redis.NewCmdResult(nil, ctx.Err())
 	}

@@ -94,38 +94,27 @@ type node struct {
 	client  redis.Scripter
 	timeout time.Duration // bound of every call to this master
 
-	// Calls of rounds under way. A slow master is never waited for, so its
-	// calls could pile up past the client's connection pool; beyond
-	// maxCalls a round counts it as busy instead of sending.
-	calls    atomic.Int32
-	maxCalls int32
+	// Calls still running after their round was decided. A slow master is
+	// never waited for, so such calls could pile up without bound; at
+	// maxLate a round counts it as busy instead of sending to it.
+	late    atomic.Int32
+	maxLate int32
 }
 
-// defaultMaxCalls bounds the calls under way to a master whose client does
-// not tell its pool size.
-const defaultMaxCalls = 16
+// defaultMaxLate bounds the late calls to a master whose client does not
+// tell its pool size.
+const defaultMaxLate = 16
 
-// maxCallsFor is half the connection pool of the master's client.
-func maxCallsFor(c redis.Scripter) int32 {
+// maxLateFor is twice the connection pool of the master's client.
+func maxLateFor(c redis.Scripter) int32 {
 	if c, ok := c.(interface{ Options() *redis.Options }); ok {
 		pool := c.Options().PoolSize
 		if pool == 0 {
 			pool = 10 * runtime.GOMAXPROCS(0) // go-redis' default
 		}
-		return int32(max(pool/2, 1))
+		return int32(max(2*pool, 1))
 	}
-	return defaultMaxCalls
-}
-
-// evalRound is eval for a round's call: it refuses with ErrMasterBusy when
-// too many calls to this master are under way.
-func (n *node) evalRound(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
-	if n.calls.Add(1) > n.maxCalls {
-		n.calls.Add(-1)
-		return 0, ErrMasterBusy
-	}
-	defer n.calls.Add(-1)
-	return n.eval(ctx, s, keys, args)
+	return defaultMaxLate
 }
 
 // eval runs s on the master. Every script replies with an integer that is

@@ -57,9 +57,21 @@ type slot struct {
 	val  int64
 	err  error
 	read bool // the decider saw this reply before deciding
+	// state: 0 while the call runs, then lateCall if the round was
+	// decided first (counted in node.late), or callDone if it ended first.
+	state atomic.Int32
 }
 
+const (
+	lateCall int32 = 1
+	callDone int32 = 2
+)
+
 func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
+
+// lateCallFactor times NodeTimeout bounds a call that its round was decided
+// without.
+const lateCallFactor = 4
 
 // replyUpgrade is a master's reply when an owner that holds a read lock
 // asks for the write lock.
@@ -94,7 +106,12 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		decided: make(chan struct{}),
 	}
 	res := outcome{start: time.Now()}
-	callCtx, cancel := context.WithTimeout(ctx, c.nodeTimeout)
+	// Calls may finish after the decision (a release must still reach slow
+	// masters), so they get longer than the decision: a call cut off
+	// mid-reply costs the pool its connection.
+	callCtx, cancel := context.WithTimeout(ctx, lateCallFactor*c.nodeTimeout)
+	decideCtx, stopDecide := context.WithTimeout(callCtx, c.nodeTimeout)
+	defer stopDecide()
 	r.cancel = cancel
 	if o.undo != nil {
 		r.finished = make(chan int, n)
@@ -127,7 +144,7 @@ wait:
 		select {
 		case i := <-r.replies:
 			tally(i)
-		case <-callCtx.Done():
+		case <-decideCtx.Done():
 			// Count what already arrived; the rest missed the deadline.
 			for undecided() {
 				select {
@@ -141,6 +158,11 @@ wait:
 		}
 	}
 	elapsed := time.Since(res.start)
+	for i := range r.slots {
+		if !r.slots[i].read && r.slots[i].state.CompareAndSwap(0, lateCall) {
+			c.nodes[i].late.Add(1)
+		}
+	}
 
 	ok := agreed >= c.quorum
 	expired := ok && o.ttl > 0 && Validity(o.ttl, elapsed, c.driftFactor) <= 0
@@ -150,7 +172,7 @@ wait:
 	}
 	r.failed = true
 	close(r.decided)
-	if r.finished != nil && r.awaitUndo(callCtx.Done()) {
+	if r.finished != nil && r.awaitUndo(decideCtx.Done()) {
 		timedOut = true
 	}
 	return outcome{}, c.quorumError(ctx, r, expired, timedOut, elapsed)
@@ -196,7 +218,14 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		}
 	}()
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
-	s.val, s.err = nd.evalRound(ctx, o.script, o.keys, o.args)
+	if nd.late.Load() >= nd.maxLate {
+		s.err = ErrMasterBusy
+	} else {
+		s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
+	}
+	if !s.state.CompareAndSwap(0, callDone) {
+		nd.late.Add(-1)
+	}
 	// A timed-out write may still land; a call not sent cannot.
 	mayHaveApplied := s.val > 0 || (s.err != nil && s.err != ErrMasterBusy)
 	agreed := s.agreed()

@@ -46,8 +46,11 @@ type Options struct {
 	// Default: len(masters)/2 + 1.
 	Quorum int
 
-	// NodeTimeout bounds every call to one master, so that a dead or paused
-	// master cannot hold an operation back. Keep it small compared with the
+	// NodeTimeout bounds the wait for every master, so that a dead or paused
+	// master cannot hold an operation back: a master that has not answered
+	// by then counts as failed. Its call may go on in the background for up
+	// to 4*NodeTimeout (a release must still reach it, and a call cut off
+	// mid-reply costs its connection). Keep it small compared with the
 	// TTLs you use (the Redlock paper suggests 5-50ms for a 10s TTL); a TTL
 	// must be longer than it. For the in-flight call itself to stop at the
 	// timeout, build the go-redis clients with ContextTimeoutEnabled: true;
@@ -170,7 +173,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout, maxCalls: maxCallsFor(client)}
+		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout, maxLate: maxLateFor(client)}
 	}
 	return c, nil
 }
