@@ -37,12 +37,6 @@ var (
 	// decided before that master answered.
 	ErrNoReply = errors.New("no reply before the quorum was decided")
 
-	// ErrMasterBusy is a master's error in a QuorumError when the round did
-	// not send to it: twice its client's connection pool in calls that
-	// earlier rounds had been decided without were still under way (a slow
-	// master is never waited for, so its calls could pile up).
-	ErrMasterBusy = errors.New("master busy: too many calls under way")
-
 	// ErrNodeTimeout is a master's error in a QuorumError when it did not
 	// answer within Options.NodeTimeout.
 	ErrNodeTimeout = errors.New("no reply within the node timeout")

@@ -5,9 +5,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -94,27 +92,6 @@ type node struct {
 	client  redis.Scripter
 	timeout time.Duration // bound of every call to this master
 
-	// Calls still running after their round was decided. A slow master is
-	// never waited for, so such calls could pile up without bound; at
-	// maxLate a round counts it as busy instead of sending to it.
-	late    atomic.Int32
-	maxLate int32
-}
-
-// defaultMaxLate bounds the late calls to a master whose client does not
-// tell its pool size.
-const defaultMaxLate = 16
-
-// maxLateFor is twice the connection pool of the master's client.
-func maxLateFor(c redis.Scripter) int32 {
-	if c, ok := c.(interface{ Options() *redis.Options }); ok {
-		pool := c.Options().PoolSize
-		if pool == 0 {
-			pool = 10 * runtime.GOMAXPROCS(0) // go-redis' default
-		}
-		return int32(max(2*pool, 1))
-	}
-	return defaultMaxLate
 }
 
 // eval runs s on the master. Every script replies with an integer that is

@@ -57,15 +57,7 @@ type slot struct {
 	val  int64
 	err  error
 	read bool // the decider saw this reply before deciding
-	// state: 0 while the call runs, then lateCall if the round was
-	// decided first (counted in node.late), or callDone if it ended first.
-	state atomic.Int32
 }
-
-const (
-	lateCall int32 = 1
-	callDone int32 = 2
-)
 
 func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
 
@@ -158,11 +150,6 @@ wait:
 		}
 	}
 	elapsed := time.Since(res.start)
-	for i := range r.slots {
-		if !r.slots[i].read && r.slots[i].state.CompareAndSwap(0, lateCall) {
-			c.nodes[i].late.Add(1)
-		}
-	}
 
 	ok := agreed >= c.quorum
 	expired := ok && o.ttl > 0 && Validity(o.ttl, elapsed, c.driftFactor) <= 0
@@ -218,16 +205,8 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		}
 	}()
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
-	if nd.late.Load() >= nd.maxLate {
-		s.err = ErrMasterBusy
-	} else {
-		s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
-	}
-	if !s.state.CompareAndSwap(0, callDone) {
-		nd.late.Add(-1)
-	}
-	// A timed-out write may still land; a call not sent cannot.
-	mayHaveApplied := s.val > 0 || (s.err != nil && s.err != ErrMasterBusy)
+	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
+	mayHaveApplied := s.val > 0 || s.err != nil // a timed-out write may still land
 	agreed := s.agreed()
 	r.replies <- i
 	if o.after != nil {

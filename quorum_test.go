@@ -433,30 +433,3 @@ func TestReleaseWithEndedContextStillReleases(t *testing.T) {
 		assert.False(t, held)
 	}
 }
-
-func TestBusyMasterIsNotSentMore(t *testing.T) {
-	fs := fakes(3)
-	fs[0].block(false) // holds the first decision until master 2 got its call
-	fs[2].block(false) // never answers during the first rounds
-	c := newFakeClient(t, fs, &Options{NodeTimeout: time.Hour})
-	c.nodes[2].maxLate = 1
-	go func() {
-		for fs[2].entered.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		fs[0].unblock()
-	}()
-	l1, err := c.Acquire(context.Background(), "a", 2*time.Hour)
-	require.NoError(t, err)
-	l2, err := c.Acquire(context.Background(), "b", 2*time.Hour)
-	require.NoError(t, err, "two fast masters are a quorum")
-	var qe *QuorumError
-	_, err = c.Acquire(context.Background(), "b", 2*time.Hour)
-	require.ErrorAs(t, err, &qe)
-	assert.ErrorIs(t, qe.Masters[2].Err, ErrMasterBusy)
-	require.NoError(t, l2.Release(context.Background()))
-	fs[2].unblock()
-	require.NoError(t, l1.Release(context.Background()))
-	require.NoError(t, c.Close())
-	assert.Equal(t, []string{"acquire", "release"}, fs[2].callNames(), "only l1's calls were sent to the busy master")
-}

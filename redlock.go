@@ -173,7 +173,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout, maxLate: maxLateFor(client)}
+		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout}
 	}
 	return c, nil
 }
