@@ -17,17 +17,14 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
 	"github.com/go-redlock/redlock/mutex"
 )
 
 // TTL is the lock TTL every library gets.
 const TTL = 10 * time.Second
-
-// clientTimeout bounds dials, reads and writes of every benchmark client.
-const clientTimeout = 200 * time.Millisecond
 
 // NewRedisClient returns a go-redis client for addr with the settings every
 // library gets in the benchmarks (those of integration.Cluster.Clients):
@@ -35,17 +32,7 @@ const clientTimeout = 200 * time.Millisecond
 // no CLIENT SETINFO, no maintenance notifications. It is safe for
 // concurrent use; the caller closes it.
 func NewRedisClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                     addr,
-		DialTimeout:              clientTimeout,
-		ReadTimeout:              clientTimeout,
-		WriteTimeout:             clientTimeout,
-		ContextTimeoutEnabled:    true,
-		MaxRetries:               -1,
-		DialerRetries:            1,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	return redis.NewClient(integration.MasterOptions(addr))
 }
 
 // NewRedisClients returns NewRedisClient for every address.

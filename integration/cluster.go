@@ -6,9 +6,13 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,12 +97,7 @@ func (c *Cluster) Clients() []*redis.Client {
 	if c.clients == nil {
 		c.clients = make([]*redis.Client, len(c.Masters))
 		for i, m := range c.Masters {
-			c.clients[i] = c.newClientLocked(&redis.Options{
-				Addr:         m.Addr(),
-				DialTimeout:  clientTimeout,
-				ReadTimeout:  clientTimeout,
-				WriteTimeout: clientTimeout,
-			})
+			c.clients[i] = c.newClientLocked(MasterOptions(m.Addr()))
 		}
 	}
 	return c.clients
@@ -117,19 +116,36 @@ func (c *Cluster) Admin(i int) *redis.Client {
 	if c.admins == nil {
 		c.admins = make(map[int]*redis.Client)
 	}
-	cl := c.newClientLocked(&redis.Options{Addr: m.Addr()})
+	cl := c.newClientLocked(withShared(&redis.Options{Addr: m.Addr()}))
 	c.admins[i] = cl
 	return cl
 }
 
-// newClientLocked completes opt with the settings shared by every client
-// and creates the client. c.mu must be held.
-func (c *Cluster) newClientLocked(opt *redis.Options) *redis.Client {
+// MasterOptions returns go-redis options for a Redlock master at addr:
+// context deadlines honoured, 200ms dial/read/write timeouts, no retries of
+// commands or dials, no CLIENT SETINFO or maintenance notifications. The
+// demo and the benchmarks use them too.
+func MasterOptions(addr string) *redis.Options {
+	return withShared(&redis.Options{
+		Addr:         addr,
+		DialTimeout:  clientTimeout,
+		ReadTimeout:  clientTimeout,
+		WriteTimeout: clientTimeout,
+	})
+}
+
+// withShared completes opt with the settings shared by every client.
+func withShared(opt *redis.Options) *redis.Options {
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = -1   // a failed command is reported, never replayed
 	opt.DialerRetries = 1 // one dial per attempt: a dead master fails fast
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opt
+}
+
+// newClientLocked creates a client; c.mu must be held.
+func (c *Cluster) newClientLocked(opt *redis.Options) *redis.Client {
 	cl := redis.NewClient(opt)
 	if c.closed {
 		_ = cl.Close()
@@ -239,4 +255,37 @@ func restart(ctx context.Context, kill, start func(context.Context) error) error
 		case <-time.After(rebindWait):
 		}
 	}
+}
+
+// pingThen sends PING and then more (raw RESP) on a fresh connection to
+// addr, bounded by ctx and probeTimeout, expects +PONG, and lets then read
+// the answers to more.
+func pingThen(ctx context.Context, addr, more string, then func(*bufio.Reader) error) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(conn, "PING\r\n"+more); err != nil {
+		return err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	if then == nil {
+		return nil
+	}
+	return then(r)
 }

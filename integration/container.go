@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -533,29 +532,7 @@ func (s pingStrategy) WaitUntilReady(ctx context.Context, target wait.StrategyTa
 
 // ping sends PING on a fresh connection to addr and expects +PONG.
 func ping(ctx context.Context, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	deadline, _ := ctx.Deadline()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
-	}
-	return nil
+	return pingThen(ctx, addr, "", nil)
 }
 
 // logfLogger adapts a Printf-like function to testcontainers' Logger.

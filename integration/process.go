@@ -330,45 +330,24 @@ func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}
 // the server answers PONG and reports process_id pid, which rules out
 // another server that happens to own the port.
 func probe(ctx context.Context, addr string, pid int) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	deadline, _ := ctx.Deadline()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(conn, "PING\r\nINFO server\r\n"); err != nil {
-		return err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
-	}
-	line, err = r.ReadString('\n')
-	if err != nil {
-		return err
-	}
-	size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
-	if err != nil || line[0] != '$' || size < 0 {
-		return fmt.Errorf("INFO answered %q", strings.TrimSpace(line))
-	}
-	info := make([]byte, size)
-	if _, err := io.ReadFull(r, info); err != nil {
-		return err
-	}
-	if !strings.Contains(string(info), "\r\nprocess_id:"+strconv.Itoa(pid)+"\r\n") {
-		return fmt.Errorf("%s is served by a process other than pid %d", addr, pid)
-	}
-	return nil
+	return pingThen(ctx, addr, "INFO server\r\n", func(r *bufio.Reader) error {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil || line[0] != '$' || size < 0 {
+			return fmt.Errorf("INFO answered %q", strings.TrimSpace(line))
+		}
+		info := make([]byte, size)
+		if _, err := io.ReadFull(r, info); err != nil {
+			return err
+		}
+		if !strings.Contains(string(info), "\r\nprocess_id:"+strconv.Itoa(pid)+"\r\n") {
+			return fmt.Errorf("%s is served by a process other than pid %d", addr, pid)
+		}
+		return nil
+	})
 }
 
 // readTail returns up to n last lines of the file written after offset.

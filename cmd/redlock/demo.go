@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/go-redlock/redlock"
@@ -30,7 +29,6 @@ const (
 	maxThink      = time.Millisecond       // random pause after an unlock
 	unlockTimeout = time.Second
 	pingTimeout   = 150 * time.Millisecond
-	clientTimeout = 200 * time.Millisecond // of the -masters go-redis clients
 )
 
 // config is one demo run.
@@ -85,17 +83,7 @@ func openMasters(ctx context.Context, cfg config) (*masterSet, error) {
 	case len(cfg.masters) > 0:
 		ms := &masterSet{desc: fmt.Sprintf("%d masters from -masters (no faults injected)", len(cfg.masters))}
 		for _, addr := range cfg.masters {
-			ms.clients = append(ms.clients, redis.NewClient(&redis.Options{
-				Addr:                     addr,
-				DialTimeout:              clientTimeout,
-				ReadTimeout:              clientTimeout,
-				WriteTimeout:             clientTimeout,
-				ContextTimeoutEnabled:    true,
-				MaxRetries:               -1,
-				DialerRetries:            1,
-				DisableIdentity:          true,
-				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-			}))
+			ms.clients = append(ms.clients, redis.NewClient(integration.MasterOptions(addr)))
 		}
 		ms.close = func() error {
 			var errs []error
