@@ -8,11 +8,12 @@ GO ?= go
 
 all: test
 
-deps: ## install redis-server and faketime (apt-get, as root)
+deps: ## install redis-server, faketime and gcc (apt-get, as root)
 	scripts/install-deps.sh
 
-demo: deps ## run the live Redlock demo on five local masters
-	$(GO) run ./cmd/redlock demo
+demo: ## run the live Redlock demo on five local masters (needs only redis-server, installed if missing)
+	scripts/install-deps.sh redis-server
+	cd cmd/redlock && $(GO) run . demo
 
 test: ## gofmt, vet and the whole test suite with -race (the CI command)
 	scripts/test.sh
@@ -21,7 +22,7 @@ image: ## build redlock-redis:local for the container backend (docker import of 
 	scripts/build-image.sh
 
 reliability: deps ## run every nemesis scenario and rewrite RELIABILITY.md (about 2.5 min)
-	$(GO) run ./cmd/reliability -o RELIABILITY.md
+	cd cmd/reliability && $(GO) run . -o ../../RELIABILITY.md
 
 bench: ## run the benchmark suites and write BENCHMARKS.md and docs/bench/*.png (about 10 min)
 	cd bench && $(GO) run ./cmd/benchreport

@@ -6,28 +6,28 @@ import "time"
 // between the client and the masters.
 const DefaultDriftFactor = 0.01
 
-// MinDrift is added to every drift allowance: 1ms for the precision of Redis
+// minDrift is added to every drift allowance: 1ms for the precision of Redis
 // expiry plus 1ms of minimum drift. It dominates for short TTLs.
-const MinDrift = 2 * time.Millisecond
+const minDrift = 2 * time.Millisecond
 
 // Drift returns the clock-drift allowance for a lock of the given TTL:
-// ttl*factor + MinDrift, the factor part rounded up to the nanosecond.
-func Drift(ttl time.Duration, factor float64) time.Duration {
+// ttl*factor + minDrift, the factor part rounded up to the nanosecond.
+func drift(ttl time.Duration, factor float64) time.Duration {
 	d := float64(ttl) * factor
 	part := time.Duration(d)
 	if float64(part) < d {
 		part++
 	}
-	return part + MinDrift
+	return part + minDrift
 }
 
 // Validity returns how long a lock of the given TTL stays safely held after
 // it took elapsed (measured on the monotonic clock from before the first
 // request to the deciding reply) to reach a quorum:
 //
-//	ttl - elapsed - (ttl*factor + MinDrift)
+//	ttl - elapsed - (ttl*factor + minDrift)
 //
 // The lock counts as obtained only when the result is positive.
-func Validity(ttl, elapsed time.Duration, factor float64) time.Duration {
-	return ttl - elapsed - Drift(ttl, factor)
+func validity(ttl, elapsed time.Duration, factor float64) time.Duration {
+	return ttl - elapsed - drift(ttl, factor)
 }

@@ -33,21 +33,34 @@ var (
 	// ErrClosed is returned by operations started after Client.Close.
 	ErrClosed = errors.New("redlock: client closed")
 
+	// ErrHeldElsewhere is a master's error in a QuorumError when it refused
+	// an acquire: another owner holds the lock there (for a read lock,
+	// also: a writer waits).
+	ErrHeldElsewhere = errors.New("redlock: held by another owner")
+
 	// ErrNoReply is a master's error in a QuorumError when the round was
 	// decided before that master answered.
-	ErrNoReply = errors.New("no reply before the quorum was decided")
+	ErrNoReply = errors.New("redlock: no reply before the quorum was decided")
 
-	// ErrNodeTimeout is a master's error in a QuorumError when it did not
-	// answer within Options.NodeTimeout.
-	ErrNodeTimeout = errors.New("no reply within the node timeout")
+	// ErrMasterTimeout is a master's error in a QuorumError when it did not
+	// answer within Options.MasterTimeout. (With go-redis' default dial
+	// retries, five 100ms apart, a master that refuses connections ends
+	// here too; DialerRetries: 1 reports the refusal itself.)
+	// Client.Verify wraps it for a master that did not answer within
+	// 4*MasterTimeout.
+	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
 )
 
 // MasterResult is one master's part in a quorum round.
 type MasterResult struct {
 	Master string // the master's address, or "master<i>" when unknown
-	Agreed bool   // the master applied the operation
-	// Err says why the master did not agree: nil when it answered and
-	// refused (the key was held with another value, or not with ours).
+	Agreed bool   // the master applied the operation, and it counts
+	// Err says why the master did not agree: ErrHeldElsewhere when it
+	// refused an acquire, ErrNotHeld when it refused an extend or release
+	// (the lock is not ours there), ErrUpgrade, ErrMasterTimeout,
+	// ErrNoReply, the caller's context error, or the master's own error. A
+	// master whose agreement does not count has ErrReplica or a
+	// *SameServerError here.
 	Err error
 }
 
@@ -56,7 +69,7 @@ type MasterResult struct {
 // ErrNotHeld (extend, release), and against the caller's context error when
 // the context ended during the round.
 type QuorumError struct {
-	Op      string         // "acquire", "extend" or "release"
+	Op      string         // "acquire", "extend", "renew" (AutoRenew), "release", or "fence" (the second round of an acquire)
 	Key     string         // the lock key, without prefix
 	Quorum  int            // how many masters had to agree
 	Agreed  int            // how many agreed, counting replies seen while undoing an acquire
@@ -82,12 +95,12 @@ func (e *QuorumError) Error() string {
 	}
 	sep := " ("
 	for _, m := range e.Masters {
-		if m.Agreed {
+		if m.Agreed || (e.ctxErr != nil && m.Err == e.ctxErr) { // said once above
 			continue
 		}
-		reason := "refused"
-		if m.Err != nil {
-			reason = m.Err.Error()
+		reason := "no answer"
+		if m.Err != nil { // every sentinel says "redlock:" already
+			reason = strings.TrimPrefix(m.Err.Error(), "redlock: ")
 		}
 		fmt.Fprintf(&b, "%s%s: %s", sep, m.Master, reason)
 		sep = "; "

@@ -101,10 +101,9 @@ func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args [
 	cur, held := f.data[key]
 	ours := held && cur == owner && f.nonces[key] == nonce
 	switch {
-	case name == "acquire" && held && cur == owner && n > 1:
-		f.nonces[key] = nonce
+	case name == "acquire" && ours:
 		return redis.NewCmdResult(f.tokens[key], nil)
-	case name == "acquire" && (!held || cur == owner):
+	case name == "acquire" && !held:
 		f.data[key], f.nonces[key] = owner, nonce
 		f.counters[key]++
 		f.tokens[key] = f.counters[key]

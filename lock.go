@@ -11,7 +11,10 @@ import (
 
 // Lock is a lock held on a quorum of masters: one exclusive acquisition,
 // or an owner's holds on a reentrant, read or write lock. It is safe for
-// concurrent use; its operations run one at a time.
+// concurrent use; its operations run one at a time. Locks come from a
+// Client's Acquire methods: a zero or nil Lock is not held, its Done is
+// closed, and its operations and Err return an error wrapping
+// ErrInvalidArgument.
 type Lock struct {
 	client *Client
 	mode   *mode
@@ -20,6 +23,9 @@ type Lock struct {
 	nonce  string // random per Lock: see scripts.lua
 	keys   []string
 	token  uint64 // set before the Lock is returned, then never changed
+	// writeWait > 0: a write lock whose attempts keep new readers out for
+	// that long while readers hold it (see rwmutex.Options.WriteWait).
+	writeWait time.Duration
 
 	mu    sync.Mutex // serializes operations; guards the fields below
 	ttl   time.Duration
@@ -28,6 +34,7 @@ type Lock struct {
 
 	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
 	released atomic.Bool  // the last hold is gone
+	lost     atomic.Bool  // lostErr is set: Done is closed (or will be on first use)
 
 	lateMu      sync.Mutex
 	lateAgreed  uint64 // masters that agreed to the first acquire after its decision
@@ -38,12 +45,38 @@ type Lock struct {
 	lostErr error
 }
 
+var (
+	errNilLock  = invalidf("nil Lock: use Client.Acquire")
+	errZeroLock = invalidf("zero Lock: use Client.Acquire")
+)
+
+// check returns an error if l was not made by a Client.
+func (l *Lock) check() error {
+	switch {
+	case l == nil:
+		return errNilLock
+	case l.client == nil:
+		return errZeroLock
+	}
+	return nil
+}
+
 // Key returns the lock's name, without the client's prefix.
-func (l *Lock) Key() string { return l.key }
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Value returns the value that identifies the holder on the masters: a
 // random value for Acquire, the owner for the other kinds of lock.
-func (l *Lock) Value() string { return l.value }
+func (l *Lock) Value() string {
+	if l == nil {
+		return ""
+	}
+	return l.value
+}
 
 // Token returns the fencing token of this acquisition: larger than every
 // token handed out before for the same lock name, as long as no master
@@ -51,11 +84,19 @@ func (l *Lock) Value() string { return l.value }
 // to the resource the lock protects, which must reject a token lower than
 // one it has already seen. Re-entering keeps the token. It is 0 for read
 // locks and with Options.NoFencing.
-func (l *Lock) Token() uint64 { return l.token }
+func (l *Lock) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Holds returns how many times the owner holds the lock: 1 after acquire,
 // one more per Reenter, one less per Release.
 func (l *Lock) Holds() int {
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.holds
@@ -63,13 +104,20 @@ func (l *Lock) Holds() int {
 
 // Until returns the time until which the lock is safely held: a deadline on
 // the monotonic clock. After the last Release, or once it has passed, the
-// lock is not held.
+// lock is not held. It is the zero time for a zero or nil Lock.
 func (l *Lock) Until() time.Time {
+	if l.check() != nil {
+		return time.Time{}
+	}
 	return l.client.epoch.Add(time.Duration(l.until.Load()))
 }
 
-// Held reports whether the lock's validity has not yet run out.
-func (l *Lock) Held() bool { return time.Now().Before(l.Until()) }
+// Held reports whether the lock is still held: its validity has not run
+// out, and it was neither released nor lost (Done is open) nor its Client
+// closed.
+func (l *Lock) Held() bool {
+	return l.check() == nil && !l.lost.Load() && !l.client.closing.Load() && time.Now().Before(l.Until())
+}
 
 // setUntil moves the deadline to t, unless the lock was already declared
 // lost: then it returns that error, and Done and Held stay consistent.
@@ -92,11 +140,7 @@ func (l *Lock) args(ttl time.Duration, holds int64) []any {
 	if l.mode.fenced && l.client.fencing {
 		fence = "1"
 	}
-	var wait int64
-	if l.mode.waits {
-		wait = l.client.writeWait.Milliseconds()
-	}
-	return []any{l.value, ttl.Milliseconds(), holds, fence, wait, l.nonce}
+	return []any{l.value, ttl.Milliseconds(), holds, fence, l.writeWait.Milliseconds(), l.nonce}
 }
 
 // take runs the acquire round for the given number of holds: 1 for a new
@@ -114,6 +158,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		late:     l.lateAgreement(holds),
 		ttl:      l.ttl,
 		sentinel: ErrNotObtained,
+		keyTTL:   l.ttl,
 	})
 	if err != nil {
 		return err
@@ -198,13 +243,15 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64) {
 	}
 }
 
-// dropOn deletes the lock on master i, where this owner holds it.
+// dropOn deletes the lock on master i, where this Lock holds it, retrying
+// until the master answers (see Client.cleanUp). It blocks meanwhile.
 func (l *Lock) dropOn(ctx context.Context, i int) {
-	l.client.nodes[i].undo(ctx, l.mode.release, l.keys, l.args(l.ttl, 0))
+	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, l.args(l.ttl, 0)}, l.ttl)
 }
 
 // releaseRound sets the owner's holds to holds on every master (0 deletes
-// the lock there).
+// the lock there, retried in the background on masters that gave no
+// answer).
 func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 	o := &op{
 		name:     "release",
@@ -216,6 +263,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 	}
 	if holds == 0 {
 		o.after = l.releasedOn
+		o.retry, o.keyTTL = true, l.ttl
 	}
 	_, err := l.client.do(ctx, o)
 	return err
@@ -232,6 +280,9 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 // count it had: a lock is never left held after its owner's last release,
 // nor dropped while the owner still holds it.
 func (l *Lock) Reenter(ctx context.Context) error {
+	if err := l.check(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.checkHeld("reenter"); err != nil {
@@ -244,8 +295,12 @@ func (l *Lock) checkHeld(op string) error {
 	switch {
 	case l.holds == 0:
 		return fmt.Errorf("%w: %s %q: released", ErrNotHeld, op, l.key)
-	case !l.Held():
+	case l.client.closing.Load():
+		return fmt.Errorf("%w: %s %q", ErrClosed, op, l.key)
+	case !time.Now().Before(l.Until()):
 		return fmt.Errorf("%w: %s %q: validity ran out at %v", ErrNotHeld, op, l.key, l.Until().Round(0))
+	case l.lost.Load():
+		return fmt.Errorf("%s: %w", op, l.lostCause())
 	}
 	return nil
 }
@@ -257,20 +312,28 @@ func (l *Lock) checkHeld(op string) error {
 // nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
 // wrapping ErrNotHeld, and Until is unchanged.
 //
-// Extend blocks until the quorum is decided, at most NodeTimeout.
+// Extend blocks until the quorum is decided, at most MasterTimeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	return l.extend(ctx, ttl, "extend")
+}
+
+// extend is Extend; name names the call in errors ("extend", "renew").
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error {
+	if err := l.check(); err != nil {
+		return err
+	}
 	c := l.client
-	ttl, err := c.checkTTL(ttl)
+	ttl, err := c.checkTTL("TTL", ttl)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.checkHeld("extend"); err != nil {
+	if err := l.checkHeld(name); err != nil {
 		return err
 	}
 	res, err := c.do(ctx, &op{
-		name:     "extend",
+		name:     name,
 		key:      l.key,
 		script:   l.mode.extend,
 		keys:     l.keys,
@@ -282,7 +345,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
-		return fmt.Errorf("%w: extend %q: lost before the extend completed: %w", ErrNotHeld, l.key, err)
+		return fmt.Errorf("%w: %s %q: lost before it completed: %w", ErrNotHeld, name, l.key, err)
 	}
 	l.ttl = ttl
 	return nil
@@ -297,9 +360,14 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
 // anything, and closes Done with ErrReleased.
 //
-// Release blocks until the quorum is decided, at most NodeTimeout; the
-// delete still reaches slower masters in the background.
+// Release blocks until the quorum is decided, at most MasterTimeout. The
+// delete still reaches slower masters in the background, and is retried
+// where a master gave no answer, until it answers or the lock would have
+// expired there anyway (see Client.Close).
 func (l *Lock) Release(ctx context.Context) error {
+	if err := l.check(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	if r := l.renew; r != nil && l.holds <= 1 {
 		l.renew = nil
@@ -323,10 +391,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	// Not the caller's context: an ended one would send nothing, and the
 	// lock would block everyone until its TTL. The round is bounded by
-	// NodeTimeout.
+	// MasterTimeout.
 	return l.releaseRound(context.WithoutCancel(ctx), l.holds)
 }
 
 func (l *Lock) String() string {
+	if l == nil {
+		return "redlock.Lock(nil)"
+	}
 	return "redlock.Lock(" + strconv.Quote(l.key) + ")"
 }

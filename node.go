@@ -27,24 +27,40 @@ type mode struct {
 	acquire, extend, release *redis.Script
 	fenced                   bool // acquisitions hand out fencing tokens
 	rw                       bool // a read-write lock: five keys
-	waits                    bool // a writer that leaves the write-wait marker
 }
 
 var (
-	exclusiveMode    = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), fenced: true}
-	writeMode        = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true}
-	waitingWriteMode = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true, waits: true}
-	readMode         = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
+	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), fenced: true}
+	writeMode     = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true}
+	readMode      = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
 )
 
 // keys returns the keys of the lock named key, in the order scripts.lua
-// expects; they share the Redis Cluster hash tag {prefix+key}.
+// expects: the lock's main key (see lockKey), then that key with a suffix.
+// They all hash to one Redis Cluster slot.
 func (m *mode) keys(prefix, key string) []string {
-	tag := "{" + prefix + key + "}"
+	k := lockKey(prefix + key)
 	if !m.rw {
-		return []string{tag, tag + ":fence"}
+		return []string{k, k + ":fence"}
 	}
-	return []string{tag, tag + ":fence", tag + ":r", tag + ":rn", tag + ":ww"}
+	return []string{k, k + ":fence", k + ":r", k + ":rn", k + ":ww"}
+}
+
+// lockKey returns the main key of the lock named name (prefix and key),
+// which is also the channel its releases are published on.
+//
+// Redis Cluster hashes only a key's tag, from its first '{' to the next '}',
+// if that is not empty. The key is "{name}" (tag: name up to its first '}'),
+// unless name starts with '}': the tag would be empty and the keys of one
+// lock would hash to different slots. Such a name gets "}{tag}name}", where
+// tag is name with each '}' replaced by ')'. The keys of distinct names never
+// collide: only the second form starts with '}', and in it the first '}' ends
+// the tag, while the last character of every key tells its suffix.
+func lockKey(name string) string {
+	if !strings.HasPrefix(name, "}") {
+		return "{" + name + "}"
+	}
+	return "}{" + strings.ReplaceAll(name, "}", ")") + "}" + name + "}"
 }
 
 type scriptSet map[string]*redis.Script
@@ -91,26 +107,19 @@ type node struct {
 	name    string
 	client  redis.Scripter
 	timeout time.Duration // bound of every call to this master
-
+	id      *idCache      // the server it reaches; nil if it cannot be asked
 }
 
-// eval runs s on the master. Every script replies with an integer that is
-// positive where the master agreed; err reports a master that gave no usable
-// answer (network error, timeout, Redis error).
+// eval runs s on the master. Every script replies with an integer (a
+// fencing token as decimal text) that is positive where the master agreed;
+// err reports a master that gave no usable answer (network error, timeout,
+// Redis error).
 func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
 	v, err := s.Run(ctx, n.client, keys, args...).Int64()
 	if err != nil {
 		return 0, err
 	}
 	return v, nil
-}
-
-// undo runs s on the master with a fresh context bounded by the node's
-// timeout: cleanup must happen even when the caller's context has ended.
-func (n *node) undo(ctx context.Context, s *redis.Script, keys []string, args []any) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.timeout)
-	defer cancel()
-	_, _ = n.eval(ctx, s, keys, args)
 }
 
 // masterName names a master in errors: its address where the client tells

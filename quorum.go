@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -23,10 +24,17 @@ type op struct {
 	// (see Lock.lateAgreement).
 	late func(ctx context.Context, i int)
 	// after, if set, runs when master i has answered, with whether it
-	// agreed (see Lock.releasedOn).
+	// agreed (see Lock.releasedOn); with retry, not where the script is
+	// retried.
 	after    func(ctx context.Context, i int, agreed bool)
 	ttl      time.Duration // > 0: the round also needs validity left
 	sentinel error         // what a failed round wraps
+	// retry makes script a cleanup (the last release): a master that gave
+	// no answer gets it again in the background (see Client.retryLater).
+	retry bool
+	// keyTTL is the longest a key that undo, or script with retry, removes
+	// can live: retrying longer is useless.
+	keyTTL time.Duration
 }
 
 // outcome is what a successful round tells besides success.
@@ -41,7 +49,8 @@ type outcome struct {
 //   - a goroutine writes its slot, then sends the slot's index on replies;
 //   - the decider marks the slots it read, sets failed, then closes decided;
 //   - after decided, a goroutine reads failed; if the round failed it
-//     undoes its call and sends its index on finished.
+//     tries once to undo its call, sends its index on finished, and goes
+//     on retrying the undo in the background if that try got no answer.
 type round struct {
 	op       *op
 	slots    []slot
@@ -54,16 +63,22 @@ type round struct {
 }
 
 type slot struct {
-	val  int64
-	err  error
-	read bool // the decider saw this reply before deciding
+	val    int64
+	err    error
+	server string // the master's run_id, "" if unknown (see Client.admit)
+	read   bool   // the decider saw this reply before deciding
 }
 
 func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
 
-// lateCallFactor times NodeTimeout bounds a call that its round was decided
+// lateCallFactor times MasterTimeout bounds a call that its round was decided
 // without.
 const lateCallFactor = 4
+
+// minStragglerWait is the least a failed round waits for the masters that
+// have not answered (see awaitUndo): a round decided in microseconds still
+// gives them time to be scheduled.
+const minStragglerWait = 250 * time.Microsecond
 
 // replyUpgrade is a master's reply when an owner that holds a read lock
 // asks for the write lock.
@@ -71,24 +86,32 @@ const replyUpgrade = -1
 
 // do runs o on every master in parallel and decides as soon as a quorum has
 // agreed or can no longer agree. Every call shares one deadline,
-// NodeTimeout after the round starts: since all calls start together, that
+// MasterTimeout after the round starts: since all calls start together, that
 // is each call's own timeout, and it also bounds the decision, whether or
 // not the Redis client honours contexts. Calls still running after the
 // decision go on in the background, bounded by the same deadline, so a
 // release or extend still reaches slow masters.
 //
 // If the round fails and o.undo is set, o.undo runs on every master where
-// o.script may have applied, with a fresh context. do waits for that until
-// every master is done or the round's deadline (or the caller's context)
-// ends, and in any case for the masters whose agreement it saw; a master
-// that answers later undoes its own reply in the background.
+// o.script may have applied (it agreed, failed, or has not answered yet),
+// with a fresh context, and is retried there in the background until the
+// master answers (see Client.retryLater). do returns once the outcome is
+// known and the masters whose agreement it saw have made a first try to
+// undo it. The masters that have not answered get twice as long as the
+// decision took (a reply, then an undo), at least minStragglerWait (see
+// awaitUndo), if a master replied by then; if only errors came (a refused
+// connection fails fast and tells nothing of the others' speed), they get
+// until the round's deadline; if that or the caller's context has ended,
+// nothing. Slower masters undo in the background; a value is unique per
+// Lock, so an undo still pending costs availability (until the key's TTL
+// at worst), never exclusion.
 //
 // On failure it returns a *QuorumError.
 func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return outcome{}, ErrClosed
+		return outcome{}, fmt.Errorf("%w: %s %q", ErrClosed, o.name, o.key)
 	}
 	n := len(c.nodes)
 	r := &round{
@@ -101,8 +124,8 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	// Calls may finish after the decision (a release must still reach slow
 	// masters), so they get longer than the decision: a call cut off
 	// mid-reply costs the pool its connection.
-	callCtx, cancel := context.WithTimeout(ctx, lateCallFactor*c.nodeTimeout)
-	decideCtx, stopDecide := context.WithTimeout(callCtx, c.nodeTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, lateCallFactor*c.masterTimeout)
+	decideCtx, stopDecide := context.WithTimeout(callCtx, c.masterTimeout)
 	defer stopDecide()
 	r.cancel = cancel
 	if o.undo != nil {
@@ -119,6 +142,16 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	tally := func(i int) {
 		s := &r.slots[i]
 		s.read = true
+		if s.agreed() && s.server != "" {
+			// One server counts once, even if it was identified as the
+			// same as an earlier master only during this round.
+			for j := range r.slots {
+				if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
+					s.err = c.sameServer(j, i, s.server)
+					break
+				}
+			}
+		}
 		if s.agreed() {
 			if agreed > 0 && s.val != res.max {
 				res.mixed = true
@@ -152,32 +185,46 @@ wait:
 	elapsed := time.Since(res.start)
 
 	ok := agreed >= c.quorum
-	expired := ok && o.ttl > 0 && Validity(o.ttl, elapsed, c.driftFactor) <= 0
+	expired := ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
 	if ok && !expired {
 		close(r.decided)
 		return res, nil
 	}
 	r.failed = true
 	close(r.decided)
-	if r.finished != nil && r.awaitUndo(decideCtx.Done()) {
-		timedOut = true
+	if r.finished != nil {
+		var grace <-chan time.Time
+		if ctx.Err() == nil && !timedOut {
+			wait := c.masterTimeout - elapsed
+			if r.replied() {
+				wait = min(max(2*elapsed, minStragglerWait), wait)
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			grace = t.C
+		}
+		r.awaitUndo(grace)
 	}
 	return outcome{}, c.quorumError(ctx, r, expired, timedOut, elapsed)
 }
 
-// awaitUndo waits until every master has undone its call, or done is
-// closed while some are still running; even then it waits for the masters
-// whose agreement the decider saw, as their keys surely exist and they
-// answer quickly. It marks each master it heard from as read, and reports
-// whether it stopped waiting with masters still running.
-func (r *round) awaitUndo(done <-chan struct{}) (gaveUp bool) {
+// awaitUndo waits until every master whose agreement the decider saw has
+// made its first try to undo it (bounded by MasterTimeout): their keys
+// surely exist, and the caller's next attempt must not find them. It also
+// waits for the masters that have not answered, and their undo, until
+// grace fires: most answer about as fast as the others did, and a late
+// agreement not yet undone would make the next attempts, the caller's or
+// another client's, fail in turn (under contention, waiting for them keeps
+// the script calls per lock as low as waiting for every master did). A nil grace waits for none of them.
+// It marks each master it hears from as read.
+func (r *round) awaitUndo(grace <-chan time.Time) {
 	known := 0
 	for i := range r.slots {
 		if r.slots[i].read && r.slots[i].agreed() {
 			known++
 		}
 	}
-	for left := len(r.slots); left > 0 && (!gaveUp || known > 0); {
+	for left := len(r.slots); left > 0 && (known > 0 || grace != nil); {
 		select {
 		case i := <-r.finished:
 			left--
@@ -186,17 +233,27 @@ func (r *round) awaitUndo(done <-chan struct{}) (gaveUp bool) {
 				known--
 			}
 			s.read = true
-		case <-done:
-			done = nil
-			gaveUp = r.running.Load() > 0 // else every index is already in finished
+		case <-grace:
+			grace = nil
 		}
 	}
-	return gaveUp
+}
+
+// replied reports whether the decider saw a master reply (agree or
+// refuse), not fail.
+func (r *round) replied() bool {
+	for i := range r.slots {
+		if s := &r.slots[i]; s.read && s.err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // call runs the round's script on master i and, if the round fails, undoes
-// it there. It never blocks on the decider: replies is buffered for every
-// master.
+// it there; undo and o.retry retry in the background until the master
+// answers. It never blocks on the decider: replies and finished are
+// buffered for every master.
 func (c *Client) call(ctx context.Context, r *round, i int) {
 	defer c.inflight.Done()
 	defer func() {
@@ -207,10 +264,19 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
 	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
 	mayHaveApplied := s.val > 0 || s.err != nil // a timed-out write may still land
-	agreed := s.agreed()
+	applied, answered := s.agreed(), s.err == nil
+	if answered {
+		// A replica, or a server that an earlier master already is, does
+		// not count. (The decider may also set s.err: s is not read here
+		// after the send.)
+		s.server, s.err = c.admit(ctx, i)
+	}
 	r.replies <- i
-	if o.after != nil {
-		o.after(ctx, i, agreed)
+	switch {
+	case o.retry && !answered:
+		c.retryLater(ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
+	case o.after != nil:
+		o.after(ctx, i, applied)
 	}
 	if o.undo == nil {
 		return
@@ -222,15 +288,23 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		}
 		return
 	}
-	if mayHaveApplied {
-		nd.undo(ctx, o.undo, o.keys, o.undoArgs)
+	if !mayHaveApplied {
+		r.finished <- i
+		return
 	}
+	u := cleanup{o.undo, o.keys, o.undoArgs}
+	err := c.tryCleanup(ctx, i, u, true)
 	r.finished <- i
+	if err != nil {
+		c.retryLater(ctx, i, u, o.keyTTL)
+	}
 }
 
 // quorumError describes a failed round. It reads only the slots the decider
 // saw (including those awaitUndo heard from); the others may still be
-// written by their goroutines.
+// written by their goroutines. A master that had not answered is reported
+// with ErrMasterTimeout if the round's deadline decided it, else ErrNoReply
+// (or the caller's context error).
 func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bool, elapsed time.Duration) *QuorumError {
 	e := &QuorumError{
 		Op:       r.op.name,
@@ -251,14 +325,20 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 			if m.Agreed {
 				e.Agreed++
 			}
-			if s.err == nil && s.val == replyUpgrade {
+			switch {
+			case s.err == nil && s.val == replyUpgrade:
 				m.Err = ErrUpgrade
 				upgrades++
+			case m.Err == nil && !m.Agreed: // it answered no
+				m.Err = ErrNotHeld // extend, renew, release, fence: not ours there
+				if r.op.name == "acquire" {
+					m.Err = ErrHeldElsewhere
+				}
 			}
 		case e.ctxErr != nil:
 			m.Err = e.ctxErr
 		case timedOut:
-			m.Err = ErrNodeTimeout
+			m.Err = ErrMasterTimeout
 		default:
 			m.Err = ErrNoReply
 		}

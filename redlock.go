@@ -3,7 +3,7 @@
 // fails over.
 //
 // Every operation sends one Lua script to all masters at once, each call
-// bounded by Options.NodeTimeout, and is decided as soon as a quorum has
+// bounded by Options.MasterTimeout, and is decided as soon as a quorum has
 // agreed or can no longer agree. A lock is obtained only if a quorum agreed
 // and validity is left:
 //
@@ -20,8 +20,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,8 +36,7 @@ const maxMasters = 64
 
 // Defaults of Options.
 const (
-	DefaultNodeTimeout = 50 * time.Millisecond
-	DefaultWriteWait   = time.Second
+	DefaultMasterTimeout = 50 * time.Millisecond
 )
 
 // Options configure a Client. The zero value of each field selects its
@@ -46,37 +47,42 @@ type Options struct {
 	// Default: len(masters)/2 + 1.
 	Quorum int
 
-	// NodeTimeout bounds the wait for every master, so that a dead or paused
+	// MasterTimeout bounds the wait for every master, so that a dead or paused
 	// master cannot hold an operation back: a master that has not answered
 	// by then counts as failed. Its call may go on in the background for up
-	// to 4*NodeTimeout (a release must still reach it, and a call cut off
-	// mid-reply costs its connection). Keep it small compared with the
+	// to 4*MasterTimeout (a release must still reach it, and a call cut off
+	// mid-reply costs its connection); cleanup (the undo of a failed
+	// acquire, the last release) is then retried in the background, each
+	// try bounded by 4*MasterTimeout, until the master answers or the key
+	// would have expired (see Client.Close). Keep it small compared with the
 	// TTLs you use (the Redlock paper suggests 5-50ms for a 10s TTL); a TTL
-	// must be longer than it. For the in-flight call itself to stop at the
+	// must be longer than it. It must be at least 1ms. For the in-flight call itself to stop at the
 	// timeout, build the go-redis clients with ContextTimeoutEnabled: true;
 	// redlock decides at the timeout either way.
-	// Default: 50ms (DefaultNodeTimeout).
-	NodeTimeout time.Duration
+	// Default: 50ms (DefaultMasterTimeout).
+	MasterTimeout time.Duration
 
 	// DriftFactor is the share of the TTL set aside for clock drift between
-	// the client and the masters; MinDrift (2ms) is always added. It must be
-	// in [0, 1). Default: 0.01 (DefaultDriftFactor).
+	// the client and the masters; 2ms (Redis' expiry precision plus a
+	// minimum drift) are always added. It must be in (0, 1), or -1 for
+	// none (the 2ms only). Default: 0.01 (DefaultDriftFactor).
 	DriftFactor float64
 
-	// KeyPrefix is prepended to every key sent to the masters.
+	// KeyPrefix is prepended to every lock name; any string works, braces
+	// included. The keys of the lock named n (KeyPrefix+key) are "{n}" and
+	// "{n}:fence" (and ":r", ":rn", ":ww" for read-write locks): they share
+	// the Redis Cluster hash tag n. A name that starts with '}' would make
+	// that tag empty, so its keys are "}{t}n}" and so on, where t is n with
+	// each '}' replaced by ')'.
 	// Default: "" (keys are used as given).
 	KeyPrefix string
 
 	// NoFencing turns fencing tokens off: Lock.Token returns 0, and no
 	// counter key is kept. With fencing (the default) every exclusive or
 	// write acquisition increments a counter key {key}:fence on the masters
-	// that never expires, one per lock name.
+	// that never expires, one per lock name. Tokens are exact up to the
+	// largest int64; beyond it a master refuses the acquire.
 	NoFencing bool
-
-	// WriteWait is how long the write-wait marker of a writer waiting for
-	// readers keeps new readers out after its last attempt. Blocking
-	// writers retry well within it. Default: 1s.
-	WriteWait time.Duration
 
 	// NewValue returns the value that identifies one acquisition. It must be
 	// unique across all clients and unguessable, and must not return "".
@@ -85,24 +91,37 @@ type Options struct {
 }
 
 // Client acquires locks on a set of independent Redis masters.
-// It is safe for concurrent use.
+// It is safe for concurrent use. Make one with New: the methods of a zero
+// or nil Client return an error wrapping ErrInvalidArgument (or zero
+// results) and do nothing.
 type Client struct {
-	nodes       []node
-	quorum      int
-	nodeTimeout time.Duration
-	driftFactor float64
-	prefix      string
-	fencing     bool
-	writeWait   time.Duration
-	newValue    func() (string, error)
-	epoch       time.Time // monotonic origin of Lock deadlines
+	nodes         []node
+	quorum        int
+	masterTimeout time.Duration
+	driftFactor   float64
+	prefix        string
+	fencing       bool
+	newValue      func() (string, error)
+	epoch         time.Time // monotonic origin of Lock deadlines
 
-	watchMu sync.Mutex
-	watches map[string]*watch // by channel
+	watchMu     sync.Mutex
+	watches     map[string]*watch // by channel
+	watchClosed bool              // Close ended the subscriptions
+	unwatching  sync.WaitGroup    // subscriptions an idle timer is closing
+
+	locksMu  sync.Mutex         // guards locks and writes of closing
+	locks    map[*Lock]struct{} // live locks with a lost-lock signal (see Lock.signal)
+	closing  atomic.Bool        // Close has ended every live lock
+	renewals sync.WaitGroup     // auto-renewal goroutines
 
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
 	inflight sync.WaitGroup // calls to masters, including background ones
+
+	cleaners       []cleaner          // one per master: cleanup retries
+	shutdown       chan struct{}      // closed by Close: pending cleanup retries at once
+	abandon        context.Context    // cancelled when Close stops waiting for cleanup
+	abandonCleanup context.CancelFunc // cancels abandon
 }
 
 // New returns a Client for the given masters, which must be independent
@@ -112,7 +131,17 @@ type Client struct {
 //
 // New does no I/O. It returns an error wrapping ErrInvalidArgument that
 // names the first invalid value: an empty or nil master, the same master
-// twice, or an option out of range.
+// twice (the same address and database, "localhost", "127.0.0.1" and
+// "::1" counting as one), or an option out of range.
+//
+// Two masters that are one redis-server (two databases of it, or two
+// names of it) must never both count toward a quorum, nor may a replica.
+// So each master that is a *redis.Client is identified on first use (INFO:
+// run_id and role) and again after its client's connection pool opened a
+// new connection (as its PoolStats tell: New installs nothing on the
+// clients): a replica's answers do not count, and of two masters that are
+// one server only one counts (the other gets a *SameServerError in the
+// QuorumError). Verify checks every master up front.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -122,40 +151,41 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		return nil, invalidf("%d masters: need 1 to %d", n, maxMasters)
 	}
 	c := &Client{
-		nodes:       make([]node, n),
-		quorum:      opts.Quorum,
-		nodeTimeout: opts.NodeTimeout,
-		driftFactor: opts.DriftFactor,
-		prefix:      opts.KeyPrefix,
-		fencing:     !opts.NoFencing,
-		writeWait:   opts.WriteWait,
-		newValue:    opts.NewValue,
-		epoch:       time.Now(),
-		watches:     map[string]*watch{},
+		nodes:         make([]node, n),
+		quorum:        opts.Quorum,
+		masterTimeout: opts.MasterTimeout,
+		driftFactor:   opts.DriftFactor,
+		prefix:        opts.KeyPrefix,
+		fencing:       !opts.NoFencing,
+		newValue:      opts.NewValue,
+		epoch:         time.Now(),
+		watches:       map[string]*watch{},
+		cleaners:      make([]cleaner, n),
+		shutdown:      make(chan struct{}),
 	}
+	c.abandon, c.abandonCleanup = context.WithCancel(context.Background())
 	if c.quorum == 0 {
 		c.quorum = n/2 + 1
 	}
 	if c.quorum <= n/2 || c.quorum > n {
 		return nil, invalidf("Quorum %d with %d masters: must be more than half and at most all (%d to %d)", c.quorum, n, n/2+1, n)
 	}
-	if c.nodeTimeout == 0 {
-		c.nodeTimeout = DefaultNodeTimeout
+	if c.masterTimeout == 0 {
+		c.masterTimeout = DefaultMasterTimeout
 	}
-	if c.nodeTimeout < 0 {
-		return nil, invalidf("NodeTimeout %v: must be positive", c.nodeTimeout)
+	switch {
+	case c.masterTimeout < time.Millisecond:
+		return nil, invalidf("MasterTimeout %v: must be at least 1ms (shorter times out healthy masters; is a unit missing?)", c.masterTimeout)
+	case c.masterTimeout > maxMasterTimeout:
+		return nil, invalidf("MasterTimeout %v: must be at most %v (multiples of it bound late calls, and would overflow)", c.masterTimeout, maxMasterTimeout)
 	}
-	if c.driftFactor == 0 {
+	switch {
+	case c.driftFactor == 0:
 		c.driftFactor = DefaultDriftFactor
-	}
-	if c.driftFactor < 0 || c.driftFactor >= 1 {
-		return nil, invalidf("DriftFactor %v: must be in [0, 1)", c.driftFactor)
-	}
-	if c.writeWait == 0 {
-		c.writeWait = DefaultWriteWait
-	}
-	if c.writeWait < 0 {
-		return nil, invalidf("WriteWait %v: must be positive", c.writeWait)
+	case c.driftFactor == -1:
+		c.driftFactor = 0
+	case !(c.driftFactor > 0 && c.driftFactor < 1): // NaN too
+		return nil, invalidf("DriftFactor %v: must be in (0, 1), or -1 for none", c.driftFactor)
 	}
 	if c.newValue == nil {
 		c.newValue = randomValue
@@ -167,16 +197,26 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			return nil, invalidf("master %d is nil", i)
 		}
 		name := masterName(client, i)
-		for _, id := range []any{name, identity(client)} {
+		ids := []any{name, identity(client)}
+		if rc, ok := client.(*redis.Client); ok {
+			if addr := sameAddr(rc.Options()); addr != "" {
+				ids = append(ids, addrKey(addr))
+			}
+		}
+		for _, id := range ids {
 			if j, dup := seen[id]; dup && id != nil {
-				return nil, invalidf("masters %d and %d are the same master (%s): Redlock needs independent masters", j, i, name)
+				return nil, invalidf("masters %d (%s) and %d (%s) are the same master: Redlock needs independent masters", j, c.nodes[j].name, i, name)
 			}
 			seen[id] = i
 		}
-		c.nodes[i] = node{name: name, client: client, timeout: c.nodeTimeout}
+		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client)}
 	}
 	return c, nil
 }
+
+// addrKey is a master's address in the form of sameAddr, kept apart from
+// names in New's map of masters seen.
+type addrKey string
 
 // isNil reports whether c is nil or a typed nil pointer.
 func isNil(c redis.Scripter) bool {
@@ -201,14 +241,30 @@ func randomValue() (string, error) { return rand.Text(), nil }
 // a random (version 4) UUID, from crypto/rand.
 func NewOwner() string { return uuid.NewString() }
 
-// WriteWait returns how long a waiting writer's marker keeps readers out.
-func (c *Client) WriteWait() time.Duration { return c.writeWait }
+// check returns an error if c was not made by New.
+func (c *Client) check() error {
+	switch {
+	case c == nil:
+		return invalidf("nil Client: use redlock.New")
+	case len(c.nodes) == 0:
+		return invalidf("zero Client: use redlock.New")
+	}
+	return nil
+}
 
-// Quorum returns how many masters must agree.
-func (c *Client) Quorum() int { return c.quorum }
+// Quorum returns how many masters must agree (0 for a zero or nil Client).
+func (c *Client) Quorum() int {
+	if c == nil {
+		return 0
+	}
+	return c.quorum
+}
 
 // Masters returns the masters' names, in the order given to New.
 func (c *Client) Masters() []string {
+	if c == nil {
+		return nil
+	}
 	names := make([]string, len(c.nodes))
 	for i := range c.nodes {
 		names[i] = c.nodes[i].name
@@ -221,6 +277,9 @@ func (c *Client) Masters() []string {
 // script (it restarted, say) gets it on first use. It blocks until every
 // master answered or ctx ends and returns the masters' errors joined.
 func (c *Client) LoadScripts(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	var g errgroup.Group
 	errs := make([]error, len(c.nodes))
 	for i := range c.nodes {
@@ -239,33 +298,70 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close ends the client's release subscriptions and waits until no call to
-// a master is running, including the ones an earlier operation left in the
-// background (each bounded by NodeTimeout, or by the go-redis client's own
-// timeouts if it ignores contexts). Later operations return ErrClosed.
-// Close does not close the go-redis clients. Close Wakers before.
+// Close ends every live lock of the client: it stops auto-renewal (a
+// renewal in flight ends within MasterTimeout), closes Done with Err
+// ErrClosed, and from then on Held reports false; the locks stay on the
+// masters until they expire. It then ends the client's release
+// subscriptions and waits for the calls to masters that earlier operations
+// left in the background. Pending cleanup (undoing failed acquires,
+// deleting released locks on masters that had not answered) is retried at
+// once; after 4*MasterTimeout Close cancels what is still pending and waits
+// for it to stop. A try in flight then ends within its own bound
+// (4*MasterTimeout; the go-redis client's timeouts if it ignores
+// contexts), so Close blocks for about 8*MasterTimeout at most; keys it
+// gave up on expire with their TTL. Nothing is left running afterwards.
+// Later operations return ErrClosed; calling Close again waits the same
+// way. Close does not close the go-redis clients.
 func (c *Client) Close() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	c.closeLocks()
 	c.mu.Lock()
-	c.closed = true
+	if !c.closed {
+		c.closed = true
+		close(c.shutdown)
+	}
 	c.mu.Unlock()
 	c.closeWatches()
-	c.inflight.Wait()
+	done := make(chan struct{})
+	go func() {
+		c.inflight.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(lateCallFactor * c.masterTimeout)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		c.abandonCleanup()
+		<-done
+	}
+	c.abandonCleanup() // releases the context; nothing is pending
 	return nil
 }
 
 // Acquire tries once to take the exclusive lock on key for ttl, under a
 // fresh random value. It returns a *Lock if a quorum of masters granted it
 // with validity left. Otherwise it releases whatever it took, on every
-// master and with a fresh context bounded by NodeTimeout (never ctx, which
-// may have ended), and returns an error wrapping ErrNotObtained; a
-// *QuorumError tells each master's part.
+// master that may have set the lock, with fresh contexts (never ctx, which
+// may have ended), retried in the background until each master answers or
+// the key would have expired anyway; it returns an error wrapping
+// ErrNotObtained, and a *QuorumError tells each master's part.
 //
-// Acquire blocks until the quorum is decided, at most NodeTimeout, plus
-// the release of a failed attempt and, with fencing, one more round when
-// the masters' counters differ. Cancelling ctx ends the attempt early; the
-// error then also matches ctx.Err(). ttl is used in whole milliseconds and
-// must be longer than NodeTimeout and than its own drift allowance.
+// Acquire blocks until the quorum is decided, at most MasterTimeout. A
+// failed attempt also waits for one try, bounded by MasterTimeout, to
+// release the masters it saw agree, and briefly (twice as long as the
+// decision took, if a master replied by then) for the masters that have
+// not answered: a master slower than that is released in the background.
+// With fencing, one more round runs when the masters' counters differ.
+// Cancelling ctx ends the attempt early; the error then also matches
+// ctx.Err(). ttl is used in whole milliseconds and
+// must be longer than MasterTimeout and than its own drift allowance.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	value, err := c.newValue()
 	if err != nil {
 		return nil, fmt.Errorf("redlock: new value: %w", err)
@@ -273,29 +369,27 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if value == "" {
 		return nil, invalidf("NewValue returned an empty value")
 	}
-	return c.acquire(ctx, exclusiveMode, key, value, value, ttl)
+	return c.acquire(ctx, exclusiveMode, key, value, value, ttl, 0)
 }
 
 // AcquireAs is Acquire with a reentrant lock held by owner: while owner
 // holds it, Lock.Reenter adds holds and the last Lock.Release frees it.
-// owner must be unique to its holder and unguessable (see NewOwner).
+// owner must be unique to its holder and unguessable (see NewOwner). Each
+// Lock is its own acquisition: while one Lock of owner holds the lock,
+// another AcquireAs by owner is refused like any other (re-enter with
+// Lock.Reenter, or use mutex.Reentrant, which does).
 func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
-	return c.acquireOwned(ctx, exclusiveMode, key, owner, ttl)
+	return c.acquireOwned(ctx, exclusiveMode, key, owner, ttl, 0)
 }
 
 // AcquireWrite takes the write side of the read-write lock named key for
 // owner: granted when no other owner holds it for writing and no reader
-// holds it. If waiting (the caller will retry) and readers hold it, the
-// attempt leaves a write-wait marker that keeps new readers out for
-// Options.WriteWait, so that writers are not starved. It fails with an
-// error matching ErrUpgrade if owner holds a read lock on key. Blocking and
-// errors are those of Acquire.
-func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration, waiting bool) (*Lock, error) {
-	m := writeMode
-	if waiting {
-		m = waitingWriteMode
-	}
-	return c.acquireOwned(ctx, m, key, owner, ttl)
+// holds it. It fails with an error matching ErrUpgrade if owner holds a
+// read lock on key. Blocking and errors are those of Acquire. A writer
+// that waits for readers should use rwmutex.RWMutex.Lock, which keeps new
+// readers out meanwhile.
+func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquireOwned(ctx, writeMode, key, owner, ttl, 0)
 }
 
 // AcquireRead takes the read side of the read-write lock named key for
@@ -306,30 +400,35 @@ func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.D
 // downgrade. Read locks carry no fencing token. Blocking and errors are
 // those of Acquire.
 func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
-	return c.acquireOwned(ctx, readMode, key, owner, ttl)
+	return c.acquireOwned(ctx, readMode, key, owner, ttl, 0)
 }
 
-// acquireOwned acquires for owner under a fresh nonce.
-func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, ttl time.Duration) (*Lock, error) {
+// acquireOwned acquires for owner under a fresh nonce. A write lock with
+// writeWait > 0 leaves the write-wait marker for that long where readers
+// hold it (see scripts.lua).
+func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, ttl, writeWait time.Duration) (*Lock, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	nonce, err := c.newValue()
 	if err != nil {
 		return nil, fmt.Errorf("redlock: new value: %w", err)
 	}
-	return c.acquire(ctx, m, key, owner, nonce, ttl)
+	return c.acquire(ctx, m, key, owner, nonce, ttl, writeWait)
 }
 
-func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl time.Duration) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl, writeWait time.Duration) (*Lock, error) {
 	if key == "" {
 		return nil, invalidf("empty key")
 	}
 	if owner == "" {
 		return nil, invalidf("empty owner")
 	}
-	ttl, err := c.checkTTL(ttl)
+	ttl, err := c.checkTTL("TTL", ttl)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: m.keys(c.prefix, key), ttl: ttl}
+	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: m.keys(c.prefix, key), ttl: ttl, writeWait: writeWait}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.take(ctx, 1); err != nil {
@@ -338,15 +437,23 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	return l, nil
 }
 
+// Upper bounds of durations, where the arithmetic on them would overflow.
+const (
+	maxMasterTimeout = time.Duration(math.MaxInt64 / 16)
+	maxTTL           = time.Duration(math.MaxInt64/2) / time.Millisecond * time.Millisecond // 2*TTL in renewal
+)
+
 // checkTTL truncates ttl to whole milliseconds, as Redis stores it, and
-// rejects a TTL that no round could ever meet.
-func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
+// rejects a TTL that no round could ever meet; name names it in errors.
+func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error) {
 	ms := ttl.Truncate(time.Millisecond)
 	switch {
-	case ms <= c.nodeTimeout:
-		return 0, invalidf("TTL %v: must be longer than NodeTimeout (%v)", ttl, c.nodeTimeout)
-	case ms <= Drift(ms, c.driftFactor):
-		return 0, invalidf("TTL %v: must be longer than its drift allowance (%v)", ttl, Drift(ms, c.driftFactor))
+	case ms <= c.masterTimeout:
+		return 0, invalidf("%s %v: must be longer than MasterTimeout (%v)", name, ttl, c.masterTimeout)
+	case ms <= drift(ms, c.driftFactor):
+		return 0, invalidf("%s %v: must be longer than its drift allowance (%v)", name, ttl, drift(ms, c.driftFactor))
+	case ms > maxTTL:
+		return 0, invalidf("%s %v: must be at most %v (auto-renewal's arithmetic would overflow)", name, ttl, maxTTL)
 	}
 	return ms, nil
 }
@@ -355,5 +462,54 @@ func (c *Client) checkTTL(ttl time.Duration) (time.Duration, error) {
 // being safe: start + ttl - drift. (The validity at the decision, ttl -
 // elapsed - drift, counts down to the same instant.)
 func (c *Client) deadline(start time.Time, ttl time.Duration) time.Time {
-	return start.Add(ttl - Drift(ttl, c.driftFactor))
+	return start.Add(ttl - drift(ttl, c.driftFactor))
+}
+
+// track registers l, which has a lost-lock signal, so that Close ends it.
+// It reports false, registering nothing, once Close has begun.
+func (c *Client) track(l *Lock) bool {
+	c.locksMu.Lock()
+	defer c.locksMu.Unlock()
+	if c.closing.Load() {
+		return false
+	}
+	if c.locks == nil {
+		c.locks = map[*Lock]struct{}{}
+	}
+	c.locks[l] = struct{}{}
+	return true
+}
+
+// untrack forgets l once it is lost.
+func (c *Client) untrack(l *Lock) {
+	c.locksMu.Lock()
+	delete(c.locks, l)
+	c.locksMu.Unlock()
+}
+
+// addRenewal counts a renewal goroutine about to start, unless Close has
+// begun: then it reports false.
+func (c *Client) addRenewal() bool {
+	c.locksMu.Lock()
+	defer c.locksMu.Unlock()
+	if c.closing.Load() {
+		return false
+	}
+	c.renewals.Add(1)
+	return true
+}
+
+// closeLocks ends every live lock with ErrClosed and waits for the
+// renewals to stop. Locks without a signal need nothing: Held and Err
+// check closing.
+func (c *Client) closeLocks() {
+	c.locksMu.Lock()
+	c.closing.Store(true)
+	locks := c.locks
+	c.locks = nil
+	c.locksMu.Unlock()
+	for l := range locks {
+		l.lose(ErrClosed)
+	}
+	c.renewals.Wait()
 }

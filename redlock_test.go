@@ -29,13 +29,13 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"no masters", nil, nil, "0 masters: need 1 to 64"},
 		{"nil master", []*redis.Client{a, typedNil}, nil, "master 1 is nil"},
-		{"same client twice", []*redis.Client{a, b, a}, nil, "masters 0 and 2 are the same master (127.0.0.1:1)"},
-		{"same address twice", []*redis.Client{a, sameAddr}, nil, "masters 0 and 1 are the same master"},
+		{"same client twice", []*redis.Client{a, b, a}, nil, "masters 0 (127.0.0.1:1) and 2 (127.0.0.1:1) are the same master"},
+		{"same address twice", []*redis.Client{a, sameAddr}, nil, "masters 0 (127.0.0.1:1) and 1 (127.0.0.1:1) are the same master"},
 		{"quorum of half", five, &Options{Quorum: 2}, "Quorum 2 with 5 masters: must be more than half and at most all (3 to 5)"},
 		{"quorum above all", five, &Options{Quorum: 6}, "Quorum 6 with 5 masters"},
 		{"negative quorum", five, &Options{Quorum: -1}, "Quorum -1"},
-		{"negative timeout", five, &Options{NodeTimeout: -time.Millisecond}, "NodeTimeout -1ms: must be positive"},
-		{"negative drift", five, &Options{DriftFactor: -0.1}, "DriftFactor -0.1: must be in [0, 1)"},
+		{"negative timeout", five, &Options{MasterTimeout: -time.Millisecond}, "MasterTimeout -1ms: must be at least 1ms"},
+		{"negative drift", five, &Options{DriftFactor: -0.1}, "DriftFactor -0.1: must be in (0, 1), or -1 for none"},
 		{"drift of one", five, &Options{DriftFactor: 1}, "DriftFactor 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,7 +56,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestAcquireValidatesArguments(t *testing.T) {
-	c := newFakeClient(t, fakes(3), &Options{NodeTimeout: 10 * time.Millisecond, DriftFactor: 0.5})
+	c := newFakeClient(t, fakes(3), &Options{MasterTimeout: 10 * time.Millisecond, DriftFactor: 0.5})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		key  string
@@ -64,15 +64,15 @@ func TestAcquireValidatesArguments(t *testing.T) {
 		want string
 	}{
 		{"", time.Second, "empty key"},
-		{"k", 10 * time.Millisecond, "TTL 10ms: must be longer than NodeTimeout (10ms)"},
-		{"k", 10*time.Millisecond + 999*time.Microsecond, "TTL 10.999ms: must be longer than NodeTimeout"},
+		{"k", 10 * time.Millisecond, "TTL 10ms: must be longer than MasterTimeout (10ms)"},
+		{"k", 10*time.Millisecond + 999*time.Microsecond, "TTL 10.999ms: must be longer than MasterTimeout"},
 		{"k", -time.Second, "TTL -1s"},
 	} {
 		_, err := c.Acquire(ctx, tc.key, tc.ttl)
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		assert.Contains(t, err.Error(), tc.want)
 	}
-	c = newFakeClient(t, fakes(3), &Options{NodeTimeout: time.Millisecond, DriftFactor: 0.5})
+	c = newFakeClient(t, fakes(3), &Options{MasterTimeout: time.Millisecond, DriftFactor: 0.5})
 	_, err := c.Acquire(ctx, "k", 4*time.Millisecond)
 	assert.ErrorContains(t, err, "TTL 4ms: must be longer than its drift allowance (4ms)")
 }

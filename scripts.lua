@@ -1,13 +1,14 @@
 -- Every Lua script redlock runs on a master. Each section starts with a line
 -- "--- name" and runs until the next one; node.go splits them at start-up.
 --
--- All scripts of a lock named k take the same keys, which share the Redis
--- Cluster hash tag {k}:
---   KEYS[1] {k}        hash: owner, nonce, holds, token (exclusive, reentrant, write)
---   KEYS[2] {k}:fence  fencing counter; never expires
---   KEYS[3] {k}:r      read-write locks only: zset reader -> expiry (ms)
---   KEYS[4] {k}:rn     read-write locks only: hash reader -> nonce
---   KEYS[5] {k}:ww     read-write locks only: write-wait marker (a writer)
+-- All scripts of a lock named k take the same keys, which hash to one Redis
+-- Cluster slot; K is the lock's main key, {k} for most names (see lockKey
+-- in node.go):
+--   KEYS[1] K          hash: owner, nonce, holds, token (exclusive, reentrant, write)
+--   KEYS[2] K:fence    fencing counter; never expires
+--   KEYS[3] K:r        read-write locks only: zset reader -> expiry (ms)
+--   KEYS[4] K:rn       read-write locks only: hash reader -> nonce
+--   KEYS[5] K:ww       read-write locks only: write-wait marker (a writer)
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
 --   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms),
@@ -17,20 +18,27 @@
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade).
--- Release publishes the owner on channel {k} so that waiters retry at once.
+-- The last release of a Lock publishes its nonce on channel K so that
+-- waiters retry at once; every master publishes it, and waiters take the
+-- copies of one nonce for one release.
+-- Fencing tokens are int64 counters kept as decimal text: a Lua number is a
+-- double, exact only up to 2^53, so a token never passes through one (INCR's
+-- own reply is one: the counter is read back with GET), and tokens are
+-- returned as bulk strings.
 
 --- acquire
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
--- not fencing). A re-entry (holds > 1) keeps the owner's token and renews
--- the TTL; a first acquire is a fresh grant, even over the owner's leftover.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
+-- not fencing). Only the Lock that holds it (same owner and nonce) may
+-- re-enter: that keeps its token and renews the TTL. Another Lock of the
+-- same owner is refused like any other: were it to take the lock over, a
+-- late call of an earlier attempt could make that attempt's undo delete a
+-- newer Lock's hold.
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce', 'token')
 if cur[1] then
-  if cur[1] ~= ARGV[1] then return 0 end
-  if ARGV[3] ~= '1' then
-    redis.call('HSET', KEYS[1], 'holds', ARGV[3], 'nonce', ARGV[6])
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(cur[2])
-  end
+  if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
+  redis.call('HSET', KEYS[1], 'holds', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return cur[3]
 end
 if KEYS[3] then
   local t = redis.call('TIME')
@@ -41,8 +49,17 @@ if KEYS[3] then
     return 0
   end
 end
-local token = 1
-if ARGV[4] == '1' then token = redis.call('INCR', KEYS[2]) end
+local token = '1'
+if ARGV[4] == '1' then
+  -- Fails, before the lock is written, when the counter is at the largest
+  -- int64 (no larger token exists) or is not an integer.
+  local n = redis.pcall('INCR', KEYS[2])
+  if type(n) == 'table' and n.err then
+    return redis.error_reply('fencing counter ' .. KEYS[2] .. ' = ' ..
+      tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. n.err)
+  end
+  token = redis.call('GET', KEYS[2])
+end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', token)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if KEYS[5] and redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
@@ -51,11 +68,22 @@ return token
 --- fence
 -- Raises the fencing counter to the token ARGV[3] where this Lock still
 -- holds the lock, so that every later token is larger.
+-- Counters are compared as decimal text (no sign, no leading zeros): by
+-- length, then byte by byte.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
-if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[2], ARGV[3])
+local fence, token = redis.call('GET', KEYS[2]) or '0', ARGV[3]
+local less = #fence < #token
+if #fence == #token then
+  for i = 1, #token do
+    local a, b = fence:byte(i), token:byte(i)
+    if a ~= b then
+      less = a < b
+      break
+    end
+  end
 end
+if less then redis.call('SET', KEYS[2], token) end
 redis.call('HSET', KEYS[1], 'token', ARGV[3])
 return 1
 
@@ -75,7 +103,7 @@ if tonumber(ARGV[3]) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[1], ARGV[1])
+redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
 
 --- read_acquire
@@ -86,7 +114,10 @@ if writer and writer ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-if not writer and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  -- Only the Lock that reads may re-enter (see acquire).
+  if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
+elseif not writer then
   local waiting = redis.call('GET', KEYS[5])
   if waiting and waiting ~= ARGV[1] then return 0 end
 end
@@ -117,5 +148,5 @@ if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
 if tonumber(ARGV[3]) > 0 then return 1 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('PUBLISH', KEYS[1], ARGV[1])
+redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1

@@ -15,22 +15,20 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// Waker is woken when the lock it watches is released on a master, so that
+// waker is woken when the lock it watches is released on a master, so that
 // a waiter can retry at once instead of polling. Releases publish on the
 // lock's channel on every master; a client keeps one subscription per lock
-// name, shared by its Wakers. Messages can be missed (a master restarted,
+// name, shared by its wakers. Messages can be missed (a master restarted,
 // or the release came before the subscription): waiters keep a fallback
-// timer. A Waker is safe for concurrent use; Close it when done waiting.
-type Waker struct {
-	// C receives a value when the waiter should retry. It is buffered, so a
-	// release that comes while the waiter is busy is kept.
-	C <-chan struct{}
-
-	c       chan struct{}
+// timer. A waker is safe for concurrent use; Close it when done waiting.
+// One made by a closed, zero or nil Client is never woken.
+type waker struct {
+	c       chan struct{} // buffered: a release while the waiter is busy is kept
 	all     bool
 	client  *Client
 	channel string
-	w       *watch
+	w       *watch // nil if the waker watches nothing
+	closed  sync.Once
 }
 
 // watch is the shared subscription of one lock name.
@@ -44,25 +42,46 @@ type watch struct {
 	mu     sync.Mutex
 	subs   []*redis.PubSub
 	closed bool
-	wakers []*Waker // one-wakers rotate: the first is woken next
-	last   string   // the last release seen, and when: every master
-	lastAt time.Time
+	wakers []*waker   // one-wakers rotate: the first is woken next
+	recent []released // releases seen within the window, oldest first
 }
 
-// NewWaker starts watching releases of the lock named key. With all, every
-// release wakes this Waker (for readers, who may share the lock);
+// released is a release seen by a watch: every master publishes it.
+type released struct {
+	id string // the released Lock's nonce: see scripts.lua
+	at time.Time
+}
+
+// maxRecent bounds the releases a watch remembers.
+const maxRecent = 64
+
+// newWaker starts watching releases of the lock named key. With all, every
+// release wakes this waker (for readers, who may share the lock);
 // otherwise each release wakes one of the client's waiters that are not
 // all-wakers, in turn (one waiter per release avoids a thundering herd).
-// Subscribing does not wait for the masters to confirm.
-func (c *Client) NewWaker(key string, all bool) *Waker {
+// Subscribing does not wait for the masters to confirm. A closed, zero or
+// nil Client returns a waker that is never woken.
+func (c *Client) newWaker(key string, all bool) *waker {
 	ch := make(chan struct{}, 1)
-	channel := "{" + c.prefix + key + "}"
-	k := &Waker{C: ch, c: ch, all: all, client: c, channel: channel}
+	if c.check() != nil {
+		return &waker{c: ch}
+	}
+	channel := lockKey(c.prefix + key) // where the release scripts publish: KEYS[1]
+	k := &waker{c: ch, all: all, client: c, channel: channel}
 	c.watchMu.Lock()
+	if c.watchClosed {
+		c.watchMu.Unlock()
+		return &waker{c: ch}
+	}
+	if c.watches == nil {
+		c.watches = map[string]*watch{}
+	}
 	w := c.watches[channel]
 	if w == nil {
 		var ctx context.Context
-		w = &watch{window: c.nodeTimeout}
+		// A release's copies come from every master, the last one up to
+		// the bound of a call decided without it.
+		w = &watch{window: lateCallFactor * c.masterTimeout}
 		ctx, w.cancel = context.WithCancel(context.Background())
 		for i := range c.nodes {
 			if s, ok := c.nodes[i].client.(subscriber); ok {
@@ -89,16 +108,26 @@ func (c *Client) NewWaker(key string, all bool) *Waker {
 // waiters coming and going do not subscribe anew each time.
 const watchLinger = 2 * time.Second
 
-// Close stops this Waker. The subscription of a lock name ends a while
-// after its last Waker is closed, or at Client.Close.
-func (k *Waker) Close() {
+// Wake receives a value when the waiter should retry.
+func (k *waker) Wake() <-chan struct{} { return k.c }
+
+// Close stops this waker. The subscription of a lock name ends a while
+// after its last waker is closed, or at Client.Close. Closing a waker
+// again does nothing.
+func (k *waker) Close() {
+	if k.w != nil {
+		k.closed.Do(k.stop)
+	}
+}
+
+func (k *waker) stop() {
 	c, w := k.client, k.w
 	w.mu.Lock()
-	w.wakers = slices.DeleteFunc(w.wakers, func(x *Waker) bool { return x == k })
+	w.wakers = slices.DeleteFunc(w.wakers, func(x *waker) bool { return x == k })
 	w.mu.Unlock()
 	c.watchMu.Lock()
 	defer c.watchMu.Unlock()
-	if w.refs--; w.refs == 0 {
+	if w.refs--; w.refs == 0 && !c.watchClosed {
 		w.idle = time.AfterFunc(watchLinger, func() { c.unwatch(k.channel, w) })
 	}
 }
@@ -109,10 +138,12 @@ func (c *Client) unwatch(channel string, w *watch) {
 	unused := w.refs == 0 && c.watches[channel] == w
 	if unused {
 		delete(c.watches, channel)
+		c.unwatching.Add(1) // Close waits for it
 	}
 	c.watchMu.Unlock()
 	if unused {
 		w.close()
+		c.unwatching.Done()
 	}
 }
 
@@ -120,7 +151,8 @@ func (c *Client) unwatch(channel string, w *watch) {
 func (c *Client) closeWatches() {
 	c.watchMu.Lock()
 	ws := c.watches
-	c.watches = map[string]*watch{}
+	c.watches = nil
+	c.watchClosed = true
 	for _, w := range ws {
 		if w.idle != nil {
 			w.idle.Stop()
@@ -130,6 +162,7 @@ func (c *Client) closeWatches() {
 	for _, w := range ws {
 		w.close()
 	}
+	c.unwatching.Wait()
 }
 
 func (w *watch) close() {
@@ -163,16 +196,25 @@ func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 }
 
 // wake signals every all-waker and the next one-waker, then rotates it to
-// the back. A release publishes on every master with the releasing owner as
-// payload: its copies within the window wake nobody again.
-func (w *watch) wake(owner string) {
+// the back. A release publishes on every master with an identifier of its
+// own as payload: its copies within the window wake nobody again, while
+// every other release, even by the same owner, wakes.
+func (w *watch) wake(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
-	if owner == w.last && now.Sub(w.lastAt) < w.window {
+	old := 0
+	for old < len(w.recent) && now.Sub(w.recent[old].at) >= w.window {
+		old++
+	}
+	w.recent = slices.Delete(w.recent, 0, old)
+	if slices.ContainsFunc(w.recent, func(r released) bool { return r.id == id }) {
 		return
 	}
-	w.last, w.lastAt = owner, now
+	if len(w.recent) == maxRecent {
+		w.recent = slices.Delete(w.recent, 0, 1)
+	}
+	w.recent = append(w.recent, released{id: id, at: now})
 	one := -1
 	for i, k := range w.wakers {
 		if k.all || one < 0 {

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -14,9 +15,31 @@ type lostSignal struct {
 	timer  *time.Timer // fires at the lock's deadline
 }
 
+// endedSignal returns a signal that fired with err.
+func endedSignal(err error) *lostSignal {
+	s := &lostSignal{done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	close(s.done)
+	s.cancel(err)
+	return s
+}
+
+// The signals of every nil and zero Lock.
+var (
+	nilLockSignal  = endedSignal(errNilLock)
+	zeroLockSignal = endedSignal(errZeroLock)
+)
+
 // signal returns the lock's lost-lock signal, made on first use so that
-// locks nobody watches cost nothing.
+// locks nobody watches cost nothing. A lock with a signal is tracked by
+// its client until it is lost, so that Client.Close can end it.
 func (l *Lock) signal() *lostSignal {
+	switch {
+	case l == nil:
+		return nilLockSignal
+	case l.client == nil:
+		return zeroLockSignal
+	}
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
 	if l.sig == nil {
@@ -28,6 +51,13 @@ func (l *Lock) signal() *lostSignal {
 			s.timer.Stop()
 			close(s.done)
 			s.cancel(l.lostErr)
+		} else if tracked := l.client.track(l); !tracked {
+			// The client is closed.
+			if time.Now().Before(l.Until()) {
+				l.loseLocked(ErrClosed)
+			} else {
+				l.loseLocked(l.expiredErr())
+			}
 		}
 	}
 	return l.sig
@@ -44,7 +74,11 @@ func (l *Lock) expire() {
 		}
 		return
 	}
-	l.loseLocked(fmt.Errorf("%w: %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0)))
+	l.loseLocked(l.expiredErr())
+}
+
+func (l *Lock) expiredErr() error {
+	return fmt.Errorf("%w: %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0))
 }
 
 // lose records why the lock is lost, once, and fires the signal.
@@ -59,27 +93,40 @@ func (l *Lock) loseLocked(err error) {
 		return
 	}
 	l.lostErr = err
+	l.lost.Store(true)
 	if s := l.sig; s != nil {
 		s.timer.Stop()
 		close(s.done)
 		s.cancel(err)
+		l.client.untrack(l)
 	}
+}
+
+// lostCause returns why the lock was lost, or nil.
+func (l *Lock) lostCause() error {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
+	return l.lostErr
 }
 
 // Done returns a channel that is closed when the lock is no longer held:
 // its validity ran out without renewal, auto-renewal could not reach a
-// quorum in time, or the last Release. Err then tells why. Work done under
-// the lock can select on it.
+// quorum in time, the last Release, or Client.Close. Err then tells why.
+// Work done under the lock can select on it. Done of a zero or nil Lock is
+// closed.
 func (l *Lock) Done() <-chan struct{} { return l.signal().done }
 
 // Err returns nil while Done is open; afterwards ErrReleased after the last
-// Release, or an error wrapping ErrNotHeld that says how the lock was lost.
+// Release, ErrClosed after Client.Close, or an error wrapping ErrNotHeld
+// that says how the lock was lost. For a zero or nil Lock it returns an
+// error wrapping ErrInvalidArgument.
 func (l *Lock) Err() error {
+	if err := l.check(); err != nil {
+		return err
+	}
 	select {
 	case <-l.signal().done:
-		l.sigMu.Lock()
-		defer l.sigMu.Unlock()
-		return l.lostErr
+		return l.lostCause()
 	default:
 		return nil
 	}
@@ -105,9 +152,13 @@ func (r *renewal) stop() {
 // retries sooner after a failure. A failure on a minority of masters does
 // not matter (the quorum still extends). If renewal cannot reach a quorum
 // before the validity would run out, the lock is lost: Done closes, with
-// the last renewal error in Err. The last Release stops renewal before it
-// returns; no renewal runs after. Calling AutoRenew again is a no-op.
+// the last renewal error in Err. The last Release, and Client.Close, stop
+// renewal before they return; no renewal runs after. Calling AutoRenew
+// again, or on a closed Client, is a no-op.
 func (l *Lock) AutoRenew() {
+	if l.check() != nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.renew == nil && l.holds > 0 {
@@ -115,8 +166,13 @@ func (l *Lock) AutoRenew() {
 	}
 }
 
-// startRenewal starts the renewal goroutine; l.mu must be held.
+// startRenewal starts the renewal goroutine unless the client is closed;
+// l.mu must be held.
 func (l *Lock) startRenewal() {
+	l.signal() // tracks the lock, so that Client.Close stops the renewal
+	if !l.client.addRenewal() {
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &renewal{cancel: cancel, done: make(chan struct{})}
 	l.renew = r
@@ -124,11 +180,9 @@ func (l *Lock) startRenewal() {
 }
 
 func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
+	defer l.client.renewals.Done()
 	defer close(r.done)
-	l.mu.Lock()
-	ttl := l.ttl
-	l.mu.Unlock()
-	retry := max(ttl/10, l.client.nodeTimeout)
+	ttl := l.currentTTL()
 	wait := time.Until(l.Until()) - 2*ttl/3
 	timer := time.NewTimer(max(wait, 0))
 	defer timer.Stop()
@@ -140,19 +194,31 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			return
 		case <-timer.C:
 		}
-		err := l.Extend(ctx, ttl)
+		ttl = l.currentTTL() // an Extend may have changed it
+		retry := max(ttl/10, l.client.masterTimeout)
+		err := l.extend(ctx, ttl, "renew")
 		switch {
 		case err == nil:
 			wait = time.Until(l.Until()) - 2*ttl/3
 		case ctx.Err() != nil:
 			return
-		case time.Until(l.Until()) < retry+l.client.nodeTimeout:
+		case time.Until(l.Until()) < retry+l.client.masterTimeout:
 			// The next attempt could not finish in time.
-			l.lose(fmt.Errorf("%w: %q: renewal failed: %w", ErrNotHeld, l.key, err))
+			if !errors.Is(err, ErrNotHeld) {
+				err = fmt.Errorf("%w: renew %q: %w", ErrNotHeld, l.key, err)
+			}
+			l.lose(err)
 			return
 		default:
 			wait = retry
 		}
 		timer.Reset(max(wait, 0))
 	}
+}
+
+// currentTTL returns the TTL of the lock's last acquire or extend.
+func (l *Lock) currentTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
 }

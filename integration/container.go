@@ -21,6 +21,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // Container backend settings.
@@ -170,7 +172,7 @@ func StartContainers(ctx context.Context, n int, opts ContainerOptions) (*Cluste
 	}
 	wg.Wait()
 
-	c := newCluster(make([]Master, 0, n), func() error { return removeContainers(docker, masters) })
+	c := harness.New(make([]Master, 0, n), func() error { return removeContainers(docker, masters) })
 	for _, m := range masters {
 		if m != nil {
 			c.Masters = append(c.Masters, m)
@@ -216,9 +218,9 @@ func checkImage(ctx context.Context, docker *testcontainers.DockerClient, image 
 // A container that fails to start is removed.
 func startContainerMaster(ctx context.Context, docker *testcontainers.DockerClient, logger tclog.Logger, name, image, netMode string, extraArgs []string) (*containerMaster, error) {
 	var err error
-	for range startAttempts {
+	for range harness.StartAttempts {
 		var port int
-		if port, err = freePort(); err != nil {
+		if port, err = harness.FreePort(); err != nil {
 			return nil, err
 		}
 		m := &containerMaster{
@@ -230,7 +232,7 @@ func startContainerMaster(ctx context.Context, docker *testcontainers.DockerClie
 		if err == nil {
 			return m, nil
 		}
-		if !errors.Is(err, errAddrInUse) {
+		if !errors.Is(err, harness.ErrAddrInUse) {
 			return nil, err
 		}
 	}
@@ -260,11 +262,11 @@ func (m *containerMaster) Addr() string { return m.addr }
 // It does not block; it does not notice a container that exits on its own.
 func (m *containerMaster) Running() bool { return m.running.Load() }
 
-// create creates and starts the container, bounded by ctx and startTimeout.
-// On failure the container is removed; the error wraps errAddrInUse if the
+// create creates and starts the container, bounded by ctx and harness.StartTimeout.
+// On failure the container is removed; the error wraps harness.ErrAddrInUse if the
 // port was taken.
 func (m *containerMaster) create(ctx context.Context, logger tclog.Logger, image, netMode string, port int, extraArgs []string) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, harness.StartTimeout)
 	defer cancel()
 	args := []string{
 		"--protected-mode", "no",
@@ -304,7 +306,7 @@ func (m *containerMaster) create(ctx context.Context, logger tclog.Logger, image
 	}
 	err = m.startError(ctx, err)
 	if m.ctr != nil {
-		rmCtx, cancelRm := context.WithTimeout(context.Background(), killTimeout)
+		rmCtx, cancelRm := context.WithTimeout(context.Background(), harness.KillTimeout)
 		defer cancelRm()
 		err = errors.Join(err, m.remove(rmCtx))
 	}
@@ -312,18 +314,18 @@ func (m *containerMaster) create(ctx context.Context, logger tclog.Logger, image
 }
 
 // startError describes a failed start: it names the master and address,
-// marks a port conflict with errAddrInUse and quotes the container's log.
+// marks a port conflict with harness.ErrAddrInUse and quotes the container's log.
 func (m *containerMaster) startError(ctx context.Context, err error) error {
 	tail := ""
 	if m.ctr != nil {
 		logCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dockerTimeout)
 		defer cancel()
-		tail = m.logTail(logCtx, logTailLines)
+		tail = m.logTail(logCtx, harness.LogTailLines)
 	}
 	// Docker reports a published port that is taken; with host networking
 	// redis itself fails to bind and logs it.
 	if isAddrInUse(err.Error()) || isAddrInUse(lastRun(tail)) {
-		err = fmt.Errorf("%w: %w", errAddrInUse, err)
+		err = fmt.Errorf("%w: %w", harness.ErrAddrInUse, err)
 	}
 	err = fmt.Errorf("%s: redis container on %s did not start: %w", m.name, m.addr, err)
 	if m.ctr == nil {
@@ -410,14 +412,14 @@ func (m *containerMaster) waitState(ctx context.Context, ok func(*container.Stat
 func (m *containerMaster) Restart(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return restart(ctx, m.kill, m.start)
+	return harness.Restart(ctx, m.kill, m.start)
 }
 
 // start starts the stopped container and waits until it answers PING,
-// bounded by ctx and startTimeout. On failure the container is stopped
+// bounded by ctx and harness.StartTimeout. On failure the container is stopped
 // again. m.mu must be held and the container must not be running.
 func (m *containerMaster) start(ctx context.Context) error {
-	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	startCtx, cancel := context.WithTimeout(ctx, harness.StartTimeout)
 	defer cancel()
 	err := m.ctr.Start(startCtx)
 	// Running from now on, so that kill stops whatever did start.
@@ -426,7 +428,7 @@ func (m *containerMaster) start(ctx context.Context) error {
 		return nil
 	}
 	err = m.startError(startCtx, err)
-	killCtx, cancelKill := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+	killCtx, cancelKill := context.WithTimeout(context.WithoutCancel(ctx), harness.KillTimeout)
 	defer cancelKill()
 	return errors.Join(err, m.kill(killCtx))
 }
@@ -525,14 +527,14 @@ func (s pingStrategy) WaitUntilReady(ctx context.Context, target wait.StrategyTa
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last PING: %v)", ctx.Err(), err)
-		case <-time.After(pollInterval):
+		case <-time.After(harness.PollInterval):
 		}
 	}
 }
 
 // ping sends PING on a fresh connection to addr and expects +PONG.
 func ping(ctx context.Context, addr string) error {
-	return pingThen(ctx, addr, "", nil)
+	return harness.PingThen(ctx, addr, "", nil)
 }
 
 // logfLogger adapts a Printf-like function to testcontainers' Logger.

@@ -1,16 +1,21 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // containerOptions returns options for the container tests: the image from
@@ -145,7 +150,7 @@ func TestContainerNetworks(t *testing.T) {
 			require.NoError(t, err)
 			err = m.Restart(ctx)
 			squatter.Close()
-			require.ErrorIs(t, err, errAddrInUse, "a taken port must be reported as such")
+			require.ErrorIs(t, err, harness.ErrAddrInUse, "a taken port must be reported as such")
 			assert.False(t, m.Running())
 
 			require.NoError(t, m.Restart(ctx))
@@ -160,4 +165,21 @@ func TestContainerNetworks(t *testing.T) {
 func TestContainerUnknownNetwork(t *testing.T) {
 	_, err := StartContainers(testCtx(t), 1, ContainerOptions{Network: "overlay"})
 	require.ErrorContains(t, err, `unknown container network "overlay"`)
+}
+
+// testCtx bounds a whole test.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// requireRefused asserts that nothing listens on addr.
+func requireRefused(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		conn.Close()
+	}
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 }

@@ -86,7 +86,7 @@ func TestFailoverSingleInstanceLockHeldTwice(t *testing.T) {
 	ok, err = replicas.Admin(0).SetNX(ctx, "lock", "b", ttl).Result()
 	require.NoError(t, err)
 	assert.True(t, ok, "b takes the lock on the promoted replica")
-	assert.Less(t, time.Since(start), ttl-redlock.Drift(ttl, redlock.DefaultDriftFactor), "while a still holds it: held twice")
+	assert.Less(t, time.Since(start), ttl-time.Duration(float64(ttl)*redlock.DefaultDriftFactor)-2*time.Millisecond, "while a still holds it: held twice")
 }
 
 // TestFailoverRedlockHeldOnce: the same failover on one of five Redlock
@@ -98,7 +98,7 @@ func TestFailoverRedlockHeldOnce(t *testing.T) {
 	replicas, links := replicated(t, masters)
 	ctx := context.Background()
 	const ttl = 10 * time.Second
-	opts := &redlock.Options{NodeTimeout: slack}
+	opts := &redlock.Options{MasterTimeout: slack}
 
 	for i := range 5 {
 		require.NoError(t, links.BlackHole(i), "replication stalls")
@@ -126,8 +126,12 @@ func TestFailoverRedlockHeldOnce(t *testing.T) {
 		require.ErrorIs(t, err, redlock.ErrNotObtained, "attempt %d: held once", attempt)
 		var qe *redlock.QuorumError
 		require.ErrorAs(t, err, &qe)
-		assert.Equal(t, 1, qe.Agreed, "only the promoted replica agreed")
-		assert.True(t, qe.Masters[0].Agreed)
+		// Three refusals decide the round, so the promoted replica's yes
+		// may come too late to be counted; no other master may agree.
+		assert.LessOrEqual(t, qe.Agreed, 1, "at most the promoted replica agreed")
+		for i, m := range qe.Masters[1:] {
+			assert.False(t, m.Agreed, "master %d still holds a's lock", i+1)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.True(t, la.Held(), "a's validity lasts")

@@ -56,16 +56,16 @@ func waitReleased(t *testing.T, cl *integration.Cluster, key string) {
 		2*time.Second, 5*time.Millisecond, "released everywhere")
 }
 
-// slack is a node timeout for tests that check where a lock landed after
+// slack is a master timeout for tests that check where a lock landed after
 // the quorum was reached: the calls that go on in the background must not
 // miss it on a loaded machine.
 const slack = time.Second
 
-func TestLatencyBelowNodeTimeoutStillAcquires(t *testing.T) {
-	const nodeTimeout, latency = slack, 100 * time.Millisecond
+func TestLatencyBelowMasterTimeoutStillAcquires(t *testing.T) {
+	const masterTimeout, latency = slack, 100 * time.Millisecond
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: nodeTimeout})
+	c := proxiedClient(t, px, &redlock.Options{MasterTimeout: masterTimeout})
 	ctx := context.Background()
 
 	for _, i := range []int{0, 1} {
@@ -78,7 +78,7 @@ func TestLatencyBelowNodeTimeoutStillAcquires(t *testing.T) {
 	waitReleased(t, cl, "job")
 
 	// With three slow masters the quorum needs one of them: the latency is
-	// really there, and still below the node timeout.
+	// really there, and still below the master timeout.
 	require.NoError(t, px.Latency(2, latency))
 	start := time.Now()
 	l, err = c.Acquire(ctx, "job", 10*time.Second)
@@ -88,11 +88,11 @@ func TestLatencyBelowNodeTimeoutStillAcquires(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
-func TestBlackHoleOnMajorityFailsWithinNodeTimeout(t *testing.T) {
-	const nodeTimeout = 200 * time.Millisecond
+func TestBlackHoleOnMajorityFailsWithinMasterTimeout(t *testing.T) {
+	const masterTimeout = 200 * time.Millisecond
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: nodeTimeout})
+	c := proxiedClient(t, px, &redlock.Options{MasterTimeout: masterTimeout})
 	ctx := context.Background()
 
 	for i := range 3 {
@@ -102,15 +102,15 @@ func TestBlackHoleOnMajorityFailsWithinNodeTimeout(t *testing.T) {
 	_, err := c.Acquire(ctx, "job", 10*time.Second)
 	took := time.Since(start)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
-	assert.GreaterOrEqual(t, took, nodeTimeout, "it waited for the black-holed masters up to the node timeout")
-	assert.Less(t, took, nodeTimeout+time.Second, "and not much longer")
+	assert.GreaterOrEqual(t, took, masterTimeout, "it waited for the black-holed masters up to the master timeout")
+	assert.Less(t, took, masterTimeout+time.Second, "and not much longer")
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.Equal(t, 2, qe.Agreed, "the two reachable masters agreed, then were undone")
 	for _, m := range qe.Masters[:3] {
 		assert.False(t, m.Agreed)
 		var ne net.Error // the client's own deadline may fire first
-		assert.True(t, errors.Is(m.Err, redlock.ErrNodeTimeout) || errors.As(m.Err, &ne) && ne.Timeout(),
+		assert.True(t, errors.Is(m.Err, redlock.ErrMasterTimeout) || errors.As(m.Err, &ne) && ne.Timeout(),
 			"master %s: want a timeout, got %v", m.Master, m.Err)
 	}
 
@@ -118,7 +118,7 @@ func TestBlackHoleOnMajorityFailsWithinNodeTimeout(t *testing.T) {
 	require.NoError(t, px.HealAll())
 	assertEmpty(t, cl) // what was dropped is gone: nothing landed late
 
-	c2 := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	c2 := proxiedClient(t, px, &redlock.Options{MasterTimeout: slack})
 	l, err := c2.Acquire(ctx, "job", 10*time.Second)
 	require.NoError(t, err, "healed")
 	waitHeldEverywhere(t, cl, l)
@@ -131,10 +131,10 @@ func TestBlackHoleOnMajorityFailsWithinNodeTimeout(t *testing.T) {
 // handshake (HELLO) needs a reply. So the stray keys stay, but only for
 // their TTL; the two masters that answered were cleaned up at once.
 func TestLostRepliesBlockOnlyUntilTTL(t *testing.T) {
-	const nodeTimeout, ttl = 200 * time.Millisecond, time.Second
+	const masterTimeout, ttl = 200 * time.Millisecond, time.Second
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: nodeTimeout})
+	c := proxiedClient(t, px, &redlock.Options{MasterTimeout: masterTimeout})
 	ctx := context.Background()
 
 	for i := range 3 {
@@ -157,7 +157,7 @@ func TestLostRepliesBlockOnlyUntilTTL(t *testing.T) {
 		assert.LessOrEqual(t, pttl, ttl, "a stray key on %s lives at most its TTL", cl.Masters[i].Name())
 	}
 
-	b := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	b := proxiedClient(t, px, &redlock.Options{MasterTimeout: slack})
 	l, obtained := acquireUntil(t, b, "job", 10*time.Second, start.Add(ttl+3*time.Second))
 	require.NotNil(t, l, "the stray keys must expire with their TTL")
 	t.Logf("stray keys on %d masters; the lock was free again %v after the failed attempt", 3-countEmpty(v[:3]), obtained.Sub(start))
@@ -179,7 +179,7 @@ func countEmpty(v []string) int {
 func TestResetPeerOnOneMasterIsSurvived(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	c := proxiedClient(t, px, &redlock.Options{MasterTimeout: slack})
 	ctx := context.Background()
 
 	require.NoError(t, px.ResetPeer(0))
@@ -214,7 +214,7 @@ func TestCutMinorityKeepsMutualExclusion(t *testing.T) {
 	var lockFails atomic.Int64
 	load, lctx := errgroup.WithContext(ctx)
 	for w := range clients {
-		c := proxiedClient(t, px, &redlock.Options{NodeTimeout: 200 * time.Millisecond})
+		c := proxiedClient(t, px, &redlock.Options{MasterTimeout: 200 * time.Millisecond})
 		m, err := mutex.New(c, "shared", &mutex.Options{TTL: 2 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
 		require.NoError(t, err)
 		load.Go(func() error {
@@ -280,7 +280,7 @@ func TestCutMinorityKeepsMutualExclusion(t *testing.T) {
 	assert.Zero(t, r.Violations(), "%v", r)
 	assert.Greater(t, r.Committed, clients*sections/2, "most sections got the lock")
 
-	c := proxiedClient(t, px, &redlock.Options{NodeTimeout: slack})
+	c := proxiedClient(t, px, &redlock.Options{MasterTimeout: slack})
 	l, err := c.Acquire(ctx, "after", 10*time.Second)
 	require.NoError(t, err)
 	waitHeldEverywhere(t, cl, l) // every master is reachable again
@@ -338,8 +338,8 @@ func TestClockFastWithinDriftStaysSafe(t *testing.T) {
 		}
 		return nil
 	}})
-	a := newClient(t, cl, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
-	b := newClient(t, cl, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+	a := newClient(t, cl, &redlock.Options{MasterTimeout: 300 * time.Millisecond})
+	b := newClient(t, cl, &redlock.Options{MasterTimeout: 300 * time.Millisecond})
 
 	const ttl = time.Second
 	la, err := a.Acquire(context.Background(), "job", ttl)
@@ -366,8 +366,8 @@ func TestClockFarTooFastOnMajorityBreaksTheLock(t *testing.T) {
 		}
 		return nil
 	}})
-	a := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
-	b := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
+	a := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
+	b := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
 
 	const ttl = 2 * time.Second
 	start := time.Now()
@@ -424,8 +424,8 @@ func lockThenJump(t *testing.T, n int) (*redlock.Lock, *integration.Cluster, *re
 		}
 		return nil
 	}})
-	a := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
-	b := newClient(t, cl, &redlock.Options{NodeTimeout: slack})
+	a := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
+	b := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
 	l, err := a.Acquire(context.Background(), "job", 10*time.Second)
 	require.NoError(t, err)
 	waitHeldEverywhere(t, cl, l)

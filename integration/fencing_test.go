@@ -120,7 +120,7 @@ func TestFencingChildProcess(t *testing.T) {
 		defer m.Close()
 		masters = append(masters, m)
 	}
-	c, err := redlock.New(masters, &redlock.Options{NodeTimeout: 200 * time.Millisecond})
+	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	defer c.Close()
 	l, err := c.Acquire(context.Background(), "fenced", ttl)

@@ -20,7 +20,10 @@ import (
 	"github.com/go-redlock/redlock/rwmutex"
 )
 
-var fast = &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}
+var (
+	fast   = &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}
+	fastRW = &rwmutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}
+)
 
 func TestReentrantLockThreeTimes(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
@@ -35,8 +38,8 @@ func TestReentrantLockThreeTimes(t *testing.T) {
 	for range 3 {
 		require.NoError(t, r.Lock(ctx, alice))
 	}
-	token := r.Held(alice).Token()
-	assert.Equal(t, 3, r.Held(alice).Holds())
+	token := r.Current(alice).Token()
+	assert.Equal(t, 3, r.Current(alice).Holds())
 	bobGot := make(chan error, 1)
 	go func() { bobGot <- other.Lock(ctx, bob) }()
 	require.ErrorIs(t, r.Unlock(ctx, bob), redlock.ErrNotHeld, "a non-owner cannot unlock")
@@ -46,17 +49,17 @@ func TestReentrantLockThreeTimes(t *testing.T) {
 			t.Fatalf("bob locked while alice held %d holds: %v", 3-i, err)
 		case <-time.After(50 * time.Millisecond):
 		}
-		assert.Equal(t, token, r.Held(alice).Token(), "re-entering keeps the token")
+		assert.Equal(t, token, r.Current(alice).Token(), "re-entering keeps the token")
 		require.NoError(t, r.Unlock(ctx, alice))
 	}
-	assert.Nil(t, r.Held(alice))
+	assert.Nil(t, r.Current(alice))
 	select {
 	case err := <-bobGot:
 		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("bob did not get the lock after alice's third unlock")
 	}
-	assert.Greater(t, other.Held(bob).Token(), token)
+	assert.Greater(t, other.Current(bob).Token(), token)
 	require.NoError(t, other.Unlock(ctx, bob))
 	require.NoError(t, c.Close())
 	assertEmpty(t, cl)
@@ -74,7 +77,7 @@ func TestReentrantDivergedHoldCounts(t *testing.T) {
 	owner := redlock.NewOwner()
 	require.NoError(t, r.Lock(ctx, owner))
 	require.NoError(t, r.Lock(ctx, owner))
-	waitHeldEverywhere(t, cl, r.Held(owner))
+	waitHeldEverywhere(t, cl, r.Current(owner))
 	// Master 0 missed the second lock; master 1 saw a third one that failed elsewhere.
 	require.NoError(t, cl.Admin(0).HSet(ctx, "{job}", "holds", 1).Err())
 	require.NoError(t, cl.Admin(1).HSet(ctx, "{job}", "holds", 3).Err())
@@ -95,7 +98,7 @@ func TestReadersShareWritersExclude(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	m, err := rwmutex.New(c, "doc", fast)
+	m, err := rwmutex.New(c, "doc", fastRW)
 	require.NoError(t, err)
 
 	readers := make([]string, 8)
@@ -128,7 +131,7 @@ func TestWriterNotStarvedByReaders(t *testing.T) {
 	c := newClient(t, cl, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := rwmutex.New(c, "doc", fast)
+	m, err := rwmutex.New(c, "doc", fastRW)
 	require.NoError(t, err)
 
 	var turns, inside atomic.Int64
@@ -186,7 +189,7 @@ func TestCrashedReaderExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, crashed.RLock(ctx, redlock.NewOwner())) // and never unlocks
 
-	m, err := rwmutex.New(newClient(t, cl, nil), "doc", fast)
+	m, err := rwmutex.New(newClient(t, cl, nil), "doc", fastRW)
 	require.NoError(t, err)
 	writer := redlock.NewOwner()
 	require.ErrorIs(t, m.TryLock(ctx, writer), redlock.ErrNotObtained)
@@ -200,7 +203,7 @@ func TestDowngradeAndRefusedUpgrade(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	m, err := rwmutex.New(c, "doc", fast)
+	m, err := rwmutex.New(c, "doc", fastRW)
 	require.NoError(t, err)
 	owner, other := redlock.NewOwner(), redlock.NewOwner()
 
@@ -215,7 +218,7 @@ func TestDowngradeAndRefusedUpgrade(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrUpgrade, "upgrade refused, not waited for")
 	assert.Less(t, time.Since(start), time.Second)
 	// The masters refuse it too, for a holder this process does not know of.
-	_, err = c.AcquireWrite(ctx, "doc", other, time.Second, false)
+	_, err = c.AcquireWrite(ctx, "doc", other, time.Second)
 	require.ErrorIs(t, err, redlock.ErrUpgrade)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 
@@ -233,7 +236,7 @@ func TestAutoRenewKeepsLockThroughFiveTTLs(t *testing.T) {
 	m, err := mutex.New(c, "job", &mutex.Options{TTL: ttl, AutoRenew: true})
 	require.NoError(t, err)
 	require.NoError(t, m.Lock(ctx))
-	l := m.Held()
+	l := m.Current()
 	other, err := mutex.New(newClient(t, cl, nil), "job", &mutex.Options{TTL: ttl})
 	require.NoError(t, err)
 
@@ -259,7 +262,7 @@ func TestLostSignalWhenQuorumIsGone(t *testing.T) {
 	m, err := mutex.New(c, "job", &mutex.Options{TTL: ttl, AutoRenew: true})
 	require.NoError(t, err)
 	require.NoError(t, m.Lock(ctx))
-	l := m.Held()
+	l := m.Current()
 	for _, master := range cl.Masters[:3] {
 		require.NoError(t, master.Kill(ctx))
 	}
@@ -287,7 +290,7 @@ func TestWakeOnRelease(t *testing.T) {
 	waiter, err := mutex.New(newClient(t, cl, nil), "job", &mutex.Options{MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, holder.Lock(ctx))
-	waitHeldEverywhere(t, cl, holder.Held()) // the holder's own late calls are in
+	waitHeldEverywhere(t, cl, holder.Current()) // the holder's own late calls are in
 	before := sum(evalCalls(t, cl))
 
 	got := make(chan time.Time, 1)
@@ -347,7 +350,7 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 	var last atomic.Uint64
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range clients {
-		c := newClient(t, cl, &redlock.Options{NodeTimeout: 500 * time.Millisecond})
+		c := newClient(t, cl, &redlock.Options{MasterTimeout: 500 * time.Millisecond})
 		m, err := mutex.New(c, "fenced", fast)
 		require.NoError(t, err)
 		g.Go(func() error {
@@ -355,7 +358,7 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 				if err := m.Lock(gctx); err != nil {
 					return fmt.Errorf("client %d, acquisition %d: %w", w, i, err)
 				}
-				token := m.Held().Token()
+				token := m.Current().Token()
 				if prev := last.Swap(token); token <= prev {
 					return fmt.Errorf("token %d after %d", token, prev)
 				}
@@ -374,22 +377,39 @@ func TestFencingTokensStrictlyIncrease(t *testing.T) {
 	assert.Zero(t, res.rejected)
 }
 
-// TestNewLockOfSameOwnerGetsNewToken: an owner whose earlier Lock was left
-// on the masters (its process died, say) takes the lock with a new Lock: a
-// fresh grant, with a larger token, that the old Lock cannot release.
-func TestNewLockOfSameOwnerGetsNewToken(t *testing.T) {
+// TestAnotherLockOfSameOwnerIsRefused: a second Lock of the owner that
+// holds the lock (a retry loop's newer attempt, or a late call of an
+// earlier one) is refused like any other: it neither takes the lock over
+// nor, by undoing itself, deletes the holder's keys. Once the holder
+// releases, the owner's next Lock is a fresh grant with a larger token.
+func TestAnotherLockOfSameOwnerIsRefused(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
 	owner := redlock.NewOwner()
-	old, err := c.AcquireAs(ctx, "job", owner, 10*time.Second)
+	held, err := c.AcquireAs(ctx, "job", owner, 10*time.Second)
 	require.NoError(t, err)
-	waitHeldEverywhere(t, cl, old)
+	waitHeldEverywhere(t, cl, held)
+
+	_, err = c.AcquireAs(ctx, "job", owner, 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "another Lock of the same owner")
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Zero(t, qe.Agreed)
+	waitHeldEverywhere(t, cl, held) // its undo deleted nothing
+	require.NoError(t, held.Extend(ctx, 10*time.Second), "the holder still holds it everywhere")
+
+	r, err := c.AcquireRead(ctx, "doc", owner, 10*time.Second)
+	require.NoError(t, err)
+	_, err = c.AcquireRead(ctx, "doc", owner, 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "another read Lock of the same owner")
+	require.NoError(t, r.Extend(ctx, 10*time.Second), "the reader still reads everywhere")
+	require.NoError(t, r.Release(ctx))
+
+	require.NoError(t, held.Release(ctx))
 	fresh, err := c.AcquireAs(ctx, "job", owner, 10*time.Second)
 	require.NoError(t, err)
-	assert.Greater(t, fresh.Token(), old.Token())
-	require.ErrorIs(t, old.Release(ctx), redlock.ErrNotHeld, "the old Lock's release finds another nonce")
-	require.NoError(t, fresh.Extend(ctx, 10*time.Second))
+	assert.Greater(t, fresh.Token(), held.Token())
 	require.NoError(t, fresh.Release(ctx))
 	require.NoError(t, c.Close())
 	assertEmpty(t, cl)
@@ -405,13 +425,13 @@ func TestStaleReadEntryIsNoUpgrade(t *testing.T) {
 	far := float64(time.Now().Add(time.Minute).UnixMilli())
 	require.NoError(t, cl.Admin(0).ZAdd(ctx, "{doc}:r", redis.Z{Score: far, Member: owner}).Err())
 
-	w, err := c.AcquireWrite(ctx, "doc", writer, 10*time.Second, false)
+	w, err := c.AcquireWrite(ctx, "doc", writer, 10*time.Second)
 	require.NoError(t, err, "four masters without readers are a quorum")
-	_, err = c.AcquireWrite(ctx, "doc", owner, 10*time.Second, false)
+	_, err = c.AcquireWrite(ctx, "doc", owner, 10*time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	require.NotErrorIs(t, err, redlock.ErrUpgrade, "held by a writer: worth waiting for")
 	require.NoError(t, w.Release(ctx))
-	l, err := c.AcquireWrite(ctx, "doc", owner, 10*time.Second, false)
+	l, err := c.AcquireWrite(ctx, "doc", owner, 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 }
@@ -421,5 +441,5 @@ func TestRWMutexValidatesRetryDelayAgainstWriteWait(t *testing.T) {
 	c := newClient(t, cl, nil)
 	_, err := rwmutex.New(c, "doc", &rwmutex.Options{MaxRetryDelay: 600 * time.Millisecond})
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
-	assert.ErrorContains(t, err, "MaxRetryDelay 600ms: must be less than half the client's WriteWait (1s)")
+	assert.ErrorContains(t, err, "rwmutex.Options.MaxRetryDelay 600ms: must be less than half of WriteWait (1s)")
 }

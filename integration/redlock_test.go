@@ -25,11 +25,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newClient returns a redlock client on the cluster's masters, closed (after
 // its background calls end) when the test ends. Without options its
-// NodeTimeout is 200ms: CI runs test binaries side by side on two cores.
+// MasterTimeout is 200ms: CI runs test binaries side by side on two cores.
 func newClient(t *testing.T, cl *integration.Cluster, opts *redlock.Options) *redlock.Client {
 	t.Helper()
 	if opts == nil {
-		opts = &redlock.Options{NodeTimeout: 200 * time.Millisecond}
+		opts = &redlock.Options{MasterTimeout: 200 * time.Millisecond}
 	}
 	c, err := redlock.New(cl.Clients(), opts)
 	require.NoError(t, err)
@@ -167,21 +167,21 @@ func TestPausedMasterDoesNotHoldAcquireBack(t *testing.T) {
 	require.NoError(t, cl.Masters[0].Pause(ctx))
 	t.Cleanup(func() { _ = cl.Masters[0].Resume(ctx) })
 
-	// Clients that would wait 10s for a reply: only redlock's NodeTimeout
+	// Clients that would wait 10s for a reply: only redlock's MasterTimeout
 	// can keep the acquire short.
 	slow := make([]*redis.Client, len(cl.Masters))
 	for i, m := range cl.Masters {
 		slow[i] = redis.NewClient(&redis.Options{Addr: m.Addr(), ReadTimeout: 10 * time.Second, MaxRetries: -1})
 		t.Cleanup(func() { slow[i].Close() })
 	}
-	const nodeTimeout = 300 * time.Millisecond
-	c, err := redlock.New(slow, &redlock.Options{NodeTimeout: nodeTimeout})
+	const masterTimeout = 300 * time.Millisecond
+	c, err := redlock.New(slow, &redlock.Options{MasterTimeout: masterTimeout})
 	require.NoError(t, err)
 
 	start := time.Now()
 	l, err := c.Acquire(ctx, "job", 5*time.Second)
 	require.NoError(t, err)
-	assert.Less(t, time.Since(start), nodeTimeout, "four masters answered: no wait for the paused one")
+	assert.Less(t, time.Since(start), masterTimeout, "four masters answered: no wait for the paused one")
 	require.NoError(t, l.Release(ctx))
 
 	for _, m := range cl.Masters[1:3] {
@@ -193,9 +193,9 @@ func TestPausedMasterDoesNotHoldAcquireBack(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
-	assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrNodeTimeout)
-	assert.GreaterOrEqual(t, took, nodeTimeout)
-	assert.Less(t, took, 3*nodeTimeout, "bounded by NodeTimeout, not the 10s read timeout")
+	assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrMasterTimeout)
+	assert.GreaterOrEqual(t, took, masterTimeout)
+	assert.Less(t, took, 3*masterTimeout, "bounded by MasterTimeout, not the 10s read timeout")
 
 	for _, m := range cl.Masters[:3] {
 		require.NoError(t, m.Resume(ctx))
@@ -210,7 +210,7 @@ func TestCancelledAcquireLeavesNoKey(t *testing.T) {
 	for _, m := range cl.Masters[:3] {
 		require.NoError(t, m.Pause(ctx))
 	}
-	c := newClient(t, cl, &redlock.Options{NodeTimeout: 2 * time.Second})
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: 2 * time.Second})
 	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -326,7 +326,11 @@ func TestFailedAcquireDoesNotBlockItsRetry(t *testing.T) {
 	}
 	_, err := c.Acquire(ctx, "job", 10*time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
-	assert.Equal(t, []string{"other", "other", "other", "", ""}, values(t, cl, "job"), "partial locks released")
+	// Released before Acquire returned where it saw the agreement; a master
+	// that agreed after the decision may be released just after.
+	want := []string{"other", "other", "other", "", ""}
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, values(t, cl, "job")) },
+		2*time.Second, time.Millisecond, "partial locks released")
 	for i := range 3 {
 		require.NoError(t, cl.Admin(i).Del(ctx, "{job}").Err())
 	}
@@ -348,8 +352,8 @@ func TestContendingClientsNeverOverlap(t *testing.T) {
 	var inside, overlaps, counter, unlockErrs atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range clients {
-		// A generous NodeTimeout: CI runs this beside other test binaries.
-		c := newClient(t, cl, &redlock.Options{NodeTimeout: 500 * time.Millisecond})
+		// A generous MasterTimeout: CI runs this beside other test binaries.
+		c := newClient(t, cl, &redlock.Options{MasterTimeout: 500 * time.Millisecond})
 		m, err := mutex.New(c, "shared", &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond})
 		require.NoError(t, err)
 		g.Go(func() error {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"testing"
+
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // Environment variables read by NewCluster and NewProcessCluster.
@@ -16,7 +18,7 @@ const (
 	// an unreachable Docker or missing image (container backend) into a test
 	// failure instead of a skip (for CI, where silence would hide a broken
 	// setup).
-	EnvRequire = "REDLOCK_REQUIRE_INTEGRATION"
+	EnvRequire = harness.EnvRequire
 )
 
 // Backend names accepted in REDLOCK_BACKEND.
@@ -78,7 +80,7 @@ func NewContainerCluster(t testing.TB, n int, opts ContainerOptions) *Cluster {
 			defer cancel()
 			for _, m := range c.Masters {
 				if cm, ok := m.(*containerMaster); ok {
-					t.Logf("--- end of %s log (%s, container %.12s) ---\n%s", cm.name, cm.addr, cm.id, cm.logTail(ctx, logTailLines))
+					t.Logf("--- end of %s log (%s, container %.12s) ---\n%s", cm.name, cm.addr, cm.id, cm.logTail(ctx, harness.LogTailLines))
 				}
 			}
 		}
@@ -90,31 +92,8 @@ func NewContainerCluster(t testing.TB, n int, opts ContainerOptions) *Cluster {
 }
 
 // NewProcessCluster is NewCluster with the process backend and the given
-// options. Starting is bounded by t.Context and by 10s per master. When the
-// test has failed, the cleanup logs the end of every master's log.
+// options.
 func NewProcessCluster(t testing.TB, n int, opts ProcessOptions) *Cluster {
 	t.Helper()
-	c, err := StartProcesses(t.Context(), n, opts)
-	if errors.Is(err, ErrNoRedisServer) {
-		if os.Getenv(EnvRequire) == "1" {
-			t.Fatalf("integration: %v (%s=1)", err, EnvRequire)
-		}
-		t.Skipf("integration: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("integration: starting %d masters: %v", n, err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, m := range c.Masters {
-				if pm, ok := m.(*processMaster); ok {
-					t.Logf("--- end of %s log (%s) ---\n%s", pm.name, pm.addr, readTail(pm.logPath(), 0, logTailLines))
-				}
-			}
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("integration: closing cluster: %v", err)
-		}
-	})
-	return c
+	return harness.NewProcessCluster(t, n, opts)
 }

@@ -7,58 +7,43 @@ package mutex
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/retry"
-)
-
-// Options configure a Mutex or a Reentrant. The zero value of each field
-// selects its default.
-type Options = retry.Options
-
-// Defaults of Options.
-const (
-	DefaultTTL           = retry.DefaultTTL
-	DefaultMinRetryDelay = retry.DefaultMinRetryDelay
-	DefaultMaxRetryDelay = retry.DefaultMaxRetryDelay
 )
 
 // Mutex is a distributed lock on one key. Like sync.Mutex it is not
 // reentrant, and it may be unlocked by another goroutine than the one that
 // locked it. It is safe for concurrent use: goroutines of one process that
 // share a Mutex wait for each other locally before they compete with other
-// processes.
+// processes. Make one with New: on a zero Mutex, Lock, TryLock, Unlock and
+// Extend return an error wrapping redlock.ErrInvalidArgument.
 type Mutex struct {
 	client *redlock.Client
 	key    string
-	opts   Options
+	opts   retry.Options
 
 	turn  chan struct{} // holds a token while this Mutex holds or seeks the lock
 	holds retry.Holders // one slot: "" -> the lock
 }
 
 // New returns a Mutex for key. It does no I/O; it returns an error wrapping
-// redlock.ErrInvalidArgument for a nil client, an empty key or bad options.
-// opts may be nil for the defaults. The TTL itself is checked against the
-// client's options by the first Lock.
+// redlock.ErrInvalidArgument for a nil client, an empty key or an option
+// that cannot work with the client's. opts may be nil for the defaults.
 func New(client *redlock.Client, key string, opts *Options) (*Mutex, error) {
-	o, err := checkOptions(client, key, opts)
+	o, err := check(client, key, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &Mutex{client: client, key: key, opts: o, turn: make(chan struct{}, 1)}, nil
 }
 
-func checkOptions(client *redlock.Client, key string, opts *Options) (Options, error) {
-	if opts == nil {
-		opts = &Options{}
+// check returns an error if m was not made by New.
+func (m *Mutex) check() error {
+	if m.client == nil {
+		return fmt.Errorf("%w: zero Mutex: use mutex.New", redlock.ErrInvalidArgument)
 	}
-	o, err := opts.Check(client, key)
-	if err != nil {
-		return o, fmt.Errorf("mutex: %w", err)
-	}
-	return o, nil
+	return nil
 }
 
 // Key returns the key of the lock.
@@ -70,10 +55,13 @@ func (m *Mutex) Key() string { return m.key }
 // error matches ctx.Err() and tells the last attempt's outcome; an invalid
 // TTL fails at once.
 func (m *Mutex) Lock(ctx context.Context) error {
+	if err := m.check(); err != nil {
+		return err
+	}
 	select {
 	case m.turn <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("mutex %q: %w", m.key, ctx.Err())
+		return fmt.Errorf("%w: acquire %q: gave up waiting for this Mutex's own holder: %w", redlock.ErrNotObtained, m.key, ctx.Err())
 	}
 	return m.acquire(ctx, true)
 }
@@ -83,10 +71,13 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // the lock is held elsewhere (in this process too) or no quorum agreed.
 // It blocks for at most one quorum round.
 func (m *Mutex) TryLock(ctx context.Context) error {
+	if err := m.check(); err != nil {
+		return err
+	}
 	select {
 	case m.turn <- struct{}{}:
 	default:
-		return fmt.Errorf("%w: mutex %q is held by this process", redlock.ErrNotObtained, m.key)
+		return fmt.Errorf("%w: acquire %q: this Mutex holds it", redlock.ErrNotObtained, m.key)
 	}
 	return m.acquire(ctx, false)
 }
@@ -105,11 +96,15 @@ func (m *Mutex) acquire(ctx context.Context, block bool) error {
 // if this Mutex does not hold it, or if the lock had already expired on a
 // quorum of masters (the critical section may have overlapped another
 // holder's). Either way the Mutex is unlocked afterwards. It blocks for at
-// most one quorum round.
+// most one quorum round, after a Lock or TryLock of this Mutex that is
+// under way in another goroutine has returned.
 func (m *Mutex) Unlock(ctx context.Context) error {
+	if err := m.check(); err != nil {
+		return err
+	}
 	l := m.holds.Drop("")
 	if l == nil {
-		return fmt.Errorf("%w: mutex %q is not locked", redlock.ErrNotHeld, m.key)
+		return fmt.Errorf("%w: release %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
 	}
 	err := l.Release(ctx)
 	<-m.turn
@@ -121,23 +116,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // validity ran out (then the Mutex stays locked until Unlock). It blocks for
 // at most one quorum round.
 func (m *Mutex) Extend(ctx context.Context) error {
-	l := m.Held()
+	if err := m.check(); err != nil {
+		return err
+	}
+	l := m.Current()
 	if l == nil {
-		return fmt.Errorf("%w: mutex %q is not locked", redlock.ErrNotHeld, m.key)
+		return fmt.Errorf("%w: extend %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
 	}
 	return l.Extend(ctx, m.opts.TTL)
 }
 
-// Held returns the lock this Mutex holds, or nil. Its Token is the fencing
-// token to hand to the protected resource; its Done, Err and Context tell
-// when the lock is lost; Until when it runs out.
-func (m *Mutex) Held() *redlock.Lock { return m.holds.Get("") }
-
-// Until returns the time until which the lock is safely held, or the zero
-// time if this Mutex does not hold it.
-func (m *Mutex) Until() time.Time {
-	if l := m.Held(); l != nil {
-		return l.Until()
-	}
-	return time.Time{}
-}
+// Current returns the lock this Mutex holds, or nil. Its Token is the
+// fencing token to hand to the protected resource; its Done, Err and
+// Context tell when the lock is lost; Until when it runs out.
+func (m *Mutex) Current() *redlock.Lock { return m.holds.Get("") }

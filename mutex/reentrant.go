@@ -14,18 +14,20 @@ import (
 // Each Lock by the owner adds a hold, each Unlock removes one, and the
 // last Unlock frees the lock; another owner waits meanwhile. The holds of
 // an owner are counted by the Reentrant that took them: use one Reentrant
-// per key in a process. It is safe for concurrent use.
+// per key in a process. It is safe for concurrent use. Make one with
+// NewReentrant: on a zero Reentrant, Lock, TryLock and Unlock return an
+// error wrapping redlock.ErrInvalidArgument.
 type Reentrant struct {
 	client  *redlock.Client
 	key     string
-	opts    Options
+	opts    retry.Options
 	holders retry.Holders
 }
 
 // NewReentrant returns a Reentrant for key. It does no I/O and validates
 // like New.
 func NewReentrant(client *redlock.Client, key string, opts *Options) (*Reentrant, error) {
-	o, err := checkOptions(client, key, opts)
+	o, err := check(client, key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +48,18 @@ func (r *Reentrant) TryLock(ctx context.Context, owner string) error {
 	return r.lock(ctx, owner, false)
 }
 
+// check returns an error if r was not made by NewReentrant.
+func (r *Reentrant) check() error {
+	if r.client == nil {
+		return fmt.Errorf("%w: zero Reentrant: use mutex.NewReentrant", redlock.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
+	if err := r.check(); err != nil {
+		return err
+	}
 	return r.holders.Take(ctx, r.client, r.key, owner, false, block, r.opts, func(ctx context.Context) (*redlock.Lock, error) {
 		return r.client.AcquireAs(ctx, r.key, owner, r.opts.TTL)
 	})
@@ -57,9 +70,12 @@ func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
 // holds nothing here (another owner's Unlock gets it too), or if a quorum
 // no longer held the lock. It blocks for at most one quorum round.
 func (r *Reentrant) Unlock(ctx context.Context, owner string) error {
-	return r.holders.Release(ctx, owner, fmt.Sprintf("mutex %q", r.key))
+	if err := r.check(); err != nil {
+		return err
+	}
+	return r.holders.Release(ctx, owner, "release", r.key)
 }
 
-// Held returns the lock owner holds, or nil. Its Holds counts the holds;
-// Token, Done, Err and Context serve the work done under it.
-func (r *Reentrant) Held(owner string) *redlock.Lock { return r.holders.Get(owner) }
+// Current returns the lock owner holds, or nil. Its Holds counts the
+// holds; Token, Done, Err and Context serve the work done under it.
+func (r *Reentrant) Current(owner string) *redlock.Lock { return r.holders.Get(owner) }

@@ -9,48 +9,64 @@
 // downgrade); asking for the write lock while holding the read lock is
 // refused with redlock.ErrUpgrade, as it would wait for itself forever.
 // Each reader's hold expires on its own, so a crashed reader blocks
-// writers no longer than its TTL. All keys of one lock share the Redis
-// Cluster hash tag {key}.
+// writers no longer than its TTL. All keys of one lock hash to one Redis
+// Cluster slot, whatever its name (see redlock.Options.KeyPrefix).
 package rwmutex
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/link"
 	"github.com/go-redlock/redlock/internal/retry"
 )
 
-// Options configure an RWMutex; see mutex.Options.
-type Options = retry.Options
-
 // RWMutex is a distributed read-write lock on one key. The holds of an
 // owner are counted by the RWMutex that took them: use one RWMutex per key
-// in a process. It is safe for concurrent use.
+// in a process. It is safe for concurrent use. Make one with New: on a
+// zero RWMutex, the lock and unlock methods return an error wrapping
+// redlock.ErrInvalidArgument.
 type RWMutex struct {
-	client  *redlock.Client
-	key     string
-	opts    Options
-	readers retry.Holders
-	writers retry.Holders
+	client    *redlock.Client
+	key       string
+	opts      retry.Options
+	writeWait time.Duration
+	readers   retry.Holders
+	writers   retry.Holders
 }
 
 // New returns an RWMutex for key. It does no I/O; it returns an error
-// wrapping redlock.ErrInvalidArgument for a nil client, an empty key or bad
-// options. opts may be nil for the defaults.
+// wrapping redlock.ErrInvalidArgument for a nil client, an empty key or an
+// option that cannot work with the client's. opts may be nil for the
+// defaults.
 func New(client *redlock.Client, key string, opts *Options) (*RWMutex, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	o, err := opts.Check(client, key)
+	o, err := retry.Options{
+		TTL:           opts.TTL,
+		MinRetryDelay: opts.MinRetryDelay,
+		MaxRetryDelay: opts.MaxRetryDelay,
+		AutoRenew:     opts.AutoRenew,
+	}.Check(client, key, "rwmutex.Options")
 	if err != nil {
-		return nil, fmt.Errorf("rwmutex: %w", err)
+		return nil, err
 	}
-	if ww := client.WriteWait(); o.MaxRetryDelay >= ww/2 {
-		return nil, fmt.Errorf("%w: rwmutex: MaxRetryDelay %v: must be less than half the client's WriteWait (%v), or a waiting writer's marker lapses between its attempts",
-			redlock.ErrInvalidArgument, o.MaxRetryDelay, ww)
+	ww := opts.WriteWait
+	if ww == 0 {
+		ww = DefaultWriteWait
 	}
-	return &RWMutex{client: client, key: key, opts: o}, nil
+	switch {
+	case ww < time.Millisecond:
+		return nil, fmt.Errorf("%w: rwmutex.Options.WriteWait %v: must be at least 1ms (it is kept in whole milliseconds, and 0 would let readers starve writers)",
+			redlock.ErrInvalidArgument, ww)
+	case o.MaxRetryDelay >= ww/2:
+		return nil, fmt.Errorf("%w: rwmutex.Options.MaxRetryDelay %v: must be less than half of WriteWait (%v), or a waiting writer's marker lapses between its attempts; lower it, or raise WriteWait above %v",
+			redlock.ErrInvalidArgument, o.MaxRetryDelay, ww, 2*o.MaxRetryDelay)
+	}
+	return &RWMutex{client: client, key: key, opts: o, writeWait: ww.Truncate(time.Millisecond)}, nil
 }
 
 // RLock adds a read hold for owner. It re-enters at once if owner already
@@ -78,16 +94,32 @@ func (m *RWMutex) TryLock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.writers, owner, false, false)
 }
 
+// check returns an error if m was not made by New.
+func (m *RWMutex) check() error {
+	if m.client == nil {
+		return fmt.Errorf("%w: zero RWMutex: use rwmutex.New", redlock.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, read, block bool) error {
+	if err := m.check(); err != nil {
+		return err
+	}
 	if !read && m.readers.Get(owner) != nil && m.writers.Get(owner) == nil {
-		return fmt.Errorf("rwmutex %q: owner %q: %w", m.key, owner, redlock.ErrUpgrade)
+		return fmt.Errorf("%w: acquire write %q: owner %q reads it: %w", redlock.ErrNotObtained, m.key, owner, redlock.ErrUpgrade)
 	}
 	// A release may admit every waiting reader, but only one writer.
 	return side.Take(ctx, m.client, m.key, owner, read, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
 		if read {
 			return m.client.AcquireRead(ctx, m.key, owner, m.opts.TTL)
 		}
-		return m.client.AcquireWrite(ctx, m.key, owner, m.opts.TTL, block)
+		if block {
+			l, err := link.AcquireWaitingWrite(ctx, m.client, m.key, owner, m.opts.TTL, m.writeWait)
+			lock, _ := l.(*redlock.Lock)
+			return lock, err
+		}
+		return m.client.AcquireWrite(ctx, m.key, owner, m.opts.TTL)
 	})
 }
 
@@ -96,13 +128,19 @@ func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, r
 // redlock.ErrNotHeld if owner holds no read lock here, or if its hold had
 // already expired on a quorum.
 func (m *RWMutex) RUnlock(ctx context.Context, owner string) error {
-	return m.readers.Release(ctx, owner, fmt.Sprintf("rwmutex %q read lock", m.key))
+	if err := m.check(); err != nil {
+		return err
+	}
+	return m.readers.Release(ctx, owner, "release read", m.key)
 }
 
 // Unlock removes one of owner's write holds; the last one releases the
 // write lock (a read lock owner also holds stays: a downgrade).
 func (m *RWMutex) Unlock(ctx context.Context, owner string) error {
-	return m.writers.Release(ctx, owner, fmt.Sprintf("rwmutex %q write lock", m.key))
+	if err := m.check(); err != nil {
+		return err
+	}
+	return m.writers.Release(ctx, owner, "release write", m.key)
 }
 
 // Reader returns owner's read lock, or nil.

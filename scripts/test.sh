@@ -17,7 +17,7 @@ run_step() { # run_step NAME CMD...: announce and run one step
 finish() {
 	local status=$?
 	if [ "$status" -eq 0 ]; then
-		echo "test.sh: PASS (deps, gofmt, vet, go test -race on processes and containers, bench vet) in $((SECONDS - started))s"
+		echo "test.sh: PASS (deps, gofmt, vet, go test -race of every module, on processes and containers) in $((SECONDS - started))s"
 	else
 		echo "test.sh: FAIL at step '$step' (exit $status) after $((SECONDS - started))s" >&2
 	fi
@@ -34,15 +34,54 @@ check_gofmt() {
 	fi
 }
 
+# The library (root) and the nested modules that hold the harness, the
+# tests against real masters, the commands and the benchmarks.
+modules=(. integration cmd/redlock cmd/reliability bench)
+
+vet_all() {
+	local m
+	for m in "${modules[@]}"; do (cd "$m" && go vet ./...) || return 1; done
+}
+
+# staticcheck, pinned, built from the Go module proxy.
+staticcheck_all() {
+	local m
+	for m in "${modules[@]}"; do
+		(cd "$m" && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...) || return 1
+	done
+}
+
+# The root module is what users import: it may require nothing but these.
+check_root_requires() {
+	local extra
+	extra=$(go list -m -f '{{if not .Indirect}}{{if not .Main}}{{.Path}}{{end}}{{end}}' all |
+		grep -v -x -e github.com/redis/go-redis/v9 -e golang.org/x/sync \
+			-e github.com/google/uuid -e github.com/stretchr/testify || true)
+	if [ -n "$extra" ]; then
+		echo "go.mod: the root module must require only go-redis, x/sync, uuid and testify; also requires:" >&2
+		echo "$extra" >&2
+		return 1
+	fi
+}
+
+race() { # race DIR PACKAGES...: go test -race in one module
+	local dir=$1
+	shift
+	(cd "$dir" && env REDLOCK_REQUIRE_INTEGRATION=1 go test -race -count=1 -p 1 -timeout 15m "$@")
+}
+
 run_step "install-deps" scripts/install-deps.sh
 run_step "gofmt" check_gofmt
-run_step "go vet" go vet ./...
-run_step "go test -race" env REDLOCK_REQUIRE_INTEGRATION=1 go test -race -count=1 -p 1 -timeout 15m ./...
+run_step "root go.mod" check_root_requires
+run_step "go vet (every module)" vet_all
+run_step "staticcheck (every module)" staticcheck_all
+run_step "go test -race (library, examples)" race . ./...
+run_step "go test -race (integration, processes)" race integration ./...
+run_step "go test -race (demo)" race cmd/redlock ./...
+run_step "go test -race (bench helpers)" race bench ./...
 
-# The same integration tests again, on five containerized masters (an image
+# The integration tests again, on five containerized masters (an image
 # built locally from Debian's redis-server: nothing can be pulled here).
 run_step "build image" scripts/build-image.sh
-run_step "go test -race (container backend)" env REDLOCK_BACKEND=container \
-	REDLOCK_REDIS_IMAGE=redlock-redis:local REDLOCK_REQUIRE_INTEGRATION=1 \
-	go test -race -count=1 -p 1 -timeout 15m ./integration/ ./mutex/ ./rwmutex/ ./cmd/redlock/
-run_step "go vet (bench module)" bash -c 'cd bench && go vet ./...'
+containers() { REDLOCK_BACKEND=container REDLOCK_REDIS_IMAGE=redlock-redis:local race "$@"; }
+run_step "go test -race (integration, containers)" containers integration . ./mutextest ./rwmutextest

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/harness"
 	"github.com/go-redlock/redlock/mutex"
 )
 
@@ -28,7 +29,7 @@ const (
 	maxBackoff    = 32 * time.Millisecond  // ...up to this, jittered
 	maxThink      = time.Millisecond       // random pause after an unlock
 	unlockTimeout = time.Second
-	pingTimeout   = 150 * time.Millisecond
+	pingTimeout   = 200 * time.Millisecond // a fresh connection and one PING
 )
 
 // config is one demo run.
@@ -43,7 +44,7 @@ type config struct {
 	masters []string
 	// cluster, if not nil, is used instead of starting masters (tests); run
 	// injects faults into it but does not close it.
-	cluster *integration.Cluster
+	cluster *harness.Cluster
 }
 
 func defaultConfig() config {
@@ -56,8 +57,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-workers %d: need at least 1", c.workers)
 	case c.duration <= 0:
 		return fmt.Errorf("-duration %v: must be positive", c.duration)
-	case c.ttl <= redlock.DefaultNodeTimeout:
-		return fmt.Errorf("-ttl %v: must be longer than the node timeout (%v)", c.ttl, redlock.DefaultNodeTimeout)
+	case c.ttl <= redlock.DefaultMasterTimeout:
+		return fmt.Errorf("-ttl %v: must be longer than the master timeout (%v)", c.ttl, redlock.DefaultMasterTimeout)
 	case c.key == "":
 		return errors.New("empty key")
 	}
@@ -67,23 +68,29 @@ func (c config) validate() error {
 // masterSet is the masters a run uses.
 type masterSet struct {
 	desc    string
+	names   []string // "m0", "m1"...
+	addrs   []string
 	clients []*redis.Client
-	cluster *integration.Cluster // nil for -masters: no fault injection
+	cluster *harness.Cluster // nil for -masters: no fault injection
+	started bool             // openMasters started them and printed each one
 	close   func() error
 }
 
-// openMasters starts, adopts or dials the masters of cfg. Starting is
-// bounded by ctx.
-func openMasters(ctx context.Context, cfg config) (*masterSet, error) {
+// openMasters starts, adopts or dials the masters of cfg, printing progress
+// to out. Starting is bounded by ctx.
+func openMasters(ctx context.Context, cfg config, out *lineWriter) (*masterSet, error) {
 	switch {
 	case cfg.cluster != nil:
 		c := cfg.cluster
-		return &masterSet{desc: fmt.Sprintf("%d given masters", len(c.Masters)), clients: c.Clients(), cluster: c,
-			close: func() error { return nil }}, nil
+		ms := clusterSet(c, fmt.Sprintf("%d given masters", len(c.Masters)))
+		ms.close = func() error { return nil }
+		return ms, nil
 	case len(cfg.masters) > 0:
 		ms := &masterSet{desc: fmt.Sprintf("%d masters from -masters (no faults injected)", len(cfg.masters))}
-		for _, addr := range cfg.masters {
-			ms.clients = append(ms.clients, redis.NewClient(integration.MasterOptions(addr)))
+		for i, addr := range cfg.masters {
+			ms.names = append(ms.names, fmt.Sprintf("m%d", i))
+			ms.addrs = append(ms.addrs, addr)
+			ms.clients = append(ms.clients, redis.NewClient(harness.MasterOptions(addr)))
 		}
 		ms.close = func() error {
 			var errs []error
@@ -94,44 +101,148 @@ func openMasters(ctx context.Context, cfg config) (*masterSet, error) {
 		}
 		return ms, nil
 	default:
-		c, err := integration.StartProcesses(ctx, localMasters, integration.ProcessOptions{})
+		c, err := startLocal(ctx, localMasters, out)
 		if err != nil {
 			return nil, err
 		}
-		return &masterSet{desc: fmt.Sprintf("%d local redis-server masters", localMasters), clients: c.Clients(), cluster: c,
-			close: c.Close}, nil
+		ms := clusterSet(c, fmt.Sprintf("%d local redis-server masters", localMasters))
+		ms.started, ms.close = true, c.Close
+		return ms, nil
 	}
 }
 
-// ping returns how many masters answer PING within pingTimeout, asking
-// all of them at once, and the errors of the others. A failed PING is
-// tried once more within the timeout: after a master restarted, the first
-// use of each pooled connection fails and drops it.
-func (ms *masterSet) ping(ctx context.Context) (up int, errs []error) {
-	res := make([]error, len(ms.clients))
+// clusterSet describes the masters of c.
+func clusterSet(c *harness.Cluster, desc string) *masterSet {
+	ms := &masterSet{desc: desc, addrs: c.Addrs(), clients: c.Clients(), cluster: c}
+	for _, m := range c.Masters {
+		ms.names = append(ms.names, m.Name())
+	}
+	return ms
+}
+
+// startLocal starts n redis-server masters one after the other and prints
+// each as it answers, so that the wait is visible. Each start is bounded by
+// ctx and by harness.StartTimeout. On failure the masters already started
+// are stopped.
+func startLocal(ctx context.Context, n int, out *lineWriter) (_ *harness.Cluster, err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", harness.ErrNoRedisServer, err)
+	}
+	out.printf("starting %d masters (%s)...\n", n, redisVersion(ctx, bin))
+	masters := make([]harness.Master, 0, n)
+	var closers []func() error // one per master: each is a cluster of its own
+	defer func() {
+		if err != nil {
+			for _, stop := range closers {
+				err = errors.Join(err, stop())
+			}
+		}
+	}()
+	for i := range n {
+		began := time.Now()
+		c, startErr := harness.StartProcesses(ctx, 1, harness.ProcessOptions{Binary: bin})
+		switch {
+		case startErr != nil && ctx.Err() != nil:
+			return nil, fmt.Errorf("starting masters: %w", context.Cause(ctx))
+		case startErr != nil:
+			return nil, fmt.Errorf("starting master %d of %d: %w", i+1, n, startErr)
+		}
+		closers = append(closers, c.Close)
+		m := namedMaster{Master: c.Masters[0], name: fmt.Sprintf("m%d", i)}
+		masters = append(masters, m)
+		out.printf("  %s %s up (%v)\n", m.Name(), m.Addr(), time.Since(began).Round(time.Millisecond))
+	}
+	return harness.New(masters, closers...), nil
+}
+
+// namedMaster gives a master its place in the demo's set: startLocal starts
+// each one alone, as master m0 of a cluster of its own.
+type namedMaster struct {
+	harness.Master
+	name string
+}
+
+func (m namedMaster) Name() string { return m.name }
+
+// redisVersion returns "redis-server 7.0.15" for the binary at bin, or just
+// "redis-server" if its version cannot be read within a second.
+func redisVersion(ctx context.Context, bin string) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, _ := exec.CommandContext(ctx, bin, "--version").Output()
+	for f := range strings.FieldsSeq(string(b)) { // "Redis server v=7.0.15 sha=..."
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "redis-server " + v
+		}
+	}
+	return "redis-server"
+}
+
+// pingResult is one master's answer to a PING.
+type pingResult struct {
+	took time.Duration
+	err  error // nil: it answered PONG
+}
+
+// ping sends PING to every master at once and returns their answers in
+// order, each bounded by ctx and pingTimeout. Each PING goes over a new
+// connection, not through the clients' pools that the workers use, so that
+// the answer is current: a killed or paused master shows as down at once,
+// and a live one as up even while the workers keep its pool busy.
+func (ms *masterSet) ping(ctx context.Context) []pingResult {
+	res := make([]pingResult, len(ms.addrs))
 	var wg sync.WaitGroup
-	for i, cl := range ms.clients {
+	for i, addr := range ms.addrs {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 			defer cancel()
-			err := cl.Ping(ctx).Err()
-			if err != nil && ctx.Err() == nil {
-				err = cl.Ping(ctx).Err()
-			}
-			if err != nil {
-				res[i] = fmt.Errorf("%s: %w", cl.Options().Addr, err)
-			}
+			began := time.Now()
+			res[i].err = harness.PingThen(ctx, addr, "", nil)
+			res[i].took = time.Since(began)
 		})
 	}
 	wg.Wait()
-	for _, err := range res {
-		if err == nil {
+	return res
+}
+
+// upDown counts the masters that answered and names the others.
+func (ms *masterSet) upDown(res []pingResult) (up int, down []string) {
+	for i, r := range res {
+		if r.err == nil {
 			up++
 		} else {
-			errs = append(errs, err)
+			down = append(down, ms.names[i])
 		}
 	}
-	return up, errs
+	return up, down
+}
+
+// checkQuorum pings the masters, prints each one's answer unless
+// openMasters already printed them, and fails unless a quorum answers.
+func (ms *masterSet) checkQuorum(ctx context.Context, out *lineWriter) error {
+	if !ms.started {
+		out.printf("checking %s...\n", ms.desc)
+	}
+	res := ms.ping(ctx)
+	var errs []error
+	for i, r := range res {
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", ms.names[i], ms.addrs[i], r.err))
+		}
+		switch {
+		case ms.started:
+		case r.err == nil:
+			out.printf("  %s %s up (%v)\n", ms.names[i], ms.addrs[i], r.took.Round(time.Millisecond))
+		default:
+			out.printf("  %s %s down: %v\n", ms.names[i], ms.addrs[i], r.err)
+		}
+	}
+	n := len(res)
+	if up, _ := ms.upDown(res); up < n/2+1 {
+		return fmt.Errorf("only %d of %d masters answer PING, a quorum needs %d: %w", up, n, n/2+1, errors.Join(errs...))
+	}
+	return nil
 }
 
 // demo is the shared state of one run.
@@ -157,30 +268,25 @@ func run(ctx context.Context, cfg config, out io.Writer) (_ summary, err error) 
 	if err := cfg.validate(); err != nil {
 		return summary{}, err
 	}
-	ms, err := openMasters(ctx, cfg)
+	w := &lineWriter{w: out}
+	w.printf("redlock demo: %d workers, each with its own client, compete for lock key %q (ttl %v) for %v\n",
+		cfg.workers, cfg.key, cfg.ttl, cfg.duration)
+	ms, err := openMasters(ctx, cfg, w)
 	if err != nil {
 		return summary{}, err
 	}
 	defer func() { err = errors.Join(err, ms.close()) }()
-	n := len(ms.clients)
-	if up, errs := ms.ping(ctx); up < n/2+1 {
-		return summary{}, fmt.Errorf("only %d of %d masters answer PING, a quorum needs %d: %w", up, n, n/2+1, errors.Join(errs...))
+	if err := ms.checkQuorum(ctx, w); err != nil {
+		return summary{}, err
 	}
 
-	// Cache the scripts on every master, so that first attempts need no
-	// EVAL fallback; a master that fails here gets them on first use.
-	if warm, err := redlock.New(ms.clients, nil); err == nil {
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = warm.LoadScripts(lctx)
-		cancel()
-		_ = warm.Close()
+	d := &demo{cfg: cfg, ms: ms, out: w, stats: newStats(cfg.workers)}
+	if err := d.prepare(ctx); err != nil {
+		return summary{}, err
 	}
-
-	d := &demo{cfg: cfg, ms: ms, out: &lineWriter{w: out}, stats: newStats(cfg.workers)}
 	d.start = time.Now()
 	d.end = d.start.Add(cfg.duration)
-	d.out.printf("redlock demo: %d workers, each with its own client, lock key %q with ttl %v, for %v on %s (%s)\n",
-		cfg.workers, cfg.key, cfg.ttl, cfg.duration, ms.desc, strings.Join(addrs(ms.clients), " "))
+	w.printf("running on %s: a status line every second, the counters explained at the end\n", ms.desc)
 
 	// gctx ends when a worker fails or all are done: that stops the nemesis.
 	g, gctx := errgroup.WithContext(ctx)
@@ -205,6 +311,38 @@ func run(ctx context.Context, cfg config, out io.Writer) (_ summary, err error) 
 	return sum, errors.Join(workerErr, nemesisErr)
 }
 
+// prepare readies the masters for the run with a client of its own: it
+// caches the scripts on every master, so that first attempts need no EVAL
+// fallback (a master that fails here gets them on first use). It blocks
+// for at most two seconds, or until ctx ends.
+func (d *demo) prepare(ctx context.Context) error {
+	client, err := redlock.New(d.ms.clients, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	// Independent masters only: a replica, or one server given twice, would
+	// count twice toward a quorum. A master that is down may still be fine.
+	switch err := client.Verify(ctx); {
+	case errors.Is(err, redlock.ErrSameServer) || errors.Is(err, redlock.ErrReplica):
+		return fmt.Errorf("the masters are not independent masters: %w", err)
+	case err != nil:
+		d.out.printf("masters not verified: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+	default:
+		d.out.printf("verified %d independent masters\n", len(d.ms.clients))
+	}
+	began := time.Now()
+	if err := client.LoadScripts(ctx); err != nil {
+		d.out.printf("scripts not loaded everywhere, those masters get them on first use: %v\n", err)
+		return nil
+	}
+	d.out.printf("scripts loaded on %d masters (%v)\n", len(d.ms.clients), time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
 // report prints a status line every second until done delivers the
 // workers' result, which it returns.
 func (d *demo) report(ctx context.Context, done <-chan error) error {
@@ -216,12 +354,16 @@ func (d *demo) report(ctx context.Context, done <-chan error) error {
 		case err := <-done:
 			return err
 		case now := <-tick.C:
-			up, _ := d.ms.ping(context.WithoutCancel(ctx))
+			up, down := d.ms.upDown(d.ms.ping(context.WithoutCancel(ctx)))
 			s := d.stats.snapshot(&d.res)
 			rate := float64(s.acquired-prev) / now.Sub(prevAt).Seconds()
 			prev, prevAt = s.acquired, now
-			d.out.printf("t=%.0fs acquired=%d (+%.0f/s) failed: %s | masters up %d/%d | overlaps=%d lost=%d\n",
-				now.Sub(d.start).Seconds(), s.acquired, rate, s.failures(), up, len(d.ms.clients), s.overlaps, s.lost)
+			upText := fmt.Sprintf("%d/%d", up, len(d.ms.addrs))
+			if len(down) > 0 {
+				upText += " (down: " + strings.Join(down, " ") + ")"
+			}
+			d.out.printf("t=%.0fs acquired=%d (+%.0f/s) failed: %s | masters up %s | overlaps=%d lost=%d\n",
+				now.Sub(d.start).Seconds(), s.acquired, rate, s.failures(), upText, s.overlaps, s.lost)
 		}
 	}
 }
@@ -287,7 +429,7 @@ func (d *demo) nemesis(ctx context.Context) error {
 	}
 	downFor, pauseFor := d.cfg.ttl*3/2, d.cfg.ttl/2
 	// failed reports a fault operation that failed, unless ctx ended.
-	failed := func(op string, m integration.Master, err error) error {
+	failed := func(op string, m harness.Master, err error) error {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -374,14 +516,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func addrs(clients []*redis.Client) []string {
-	out := make([]string, len(clients))
-	for i, cl := range clients {
-		out[i] = cl.Options().Addr
-	}
-	return out
 }
 
 // lineWriter serialises writes to w; it is safe for concurrent use.

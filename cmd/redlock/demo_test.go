@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 func TestMain(m *testing.M) {
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 // TestDemo runs the demo with its fault injection on five harness masters
 // and checks mutual exclusion held while the lock changed hands.
 func TestDemo(t *testing.T) {
-	cluster := integration.NewCluster(t, 5)
+	cluster := harness.NewProcessCluster(t, 5, harness.ProcessOptions{})
 	cfg := defaultConfig()
 	cfg.workers, cfg.duration, cfg.ttl = 3, 3*time.Second, 500*time.Millisecond
 	cfg.cluster = cluster
@@ -63,7 +64,7 @@ func TestDemo(t *testing.T) {
 func TestDemoInterrupted(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.workers, cfg.duration = 2, time.Minute
-	cfg.cluster = integration.NewCluster(t, 3)
+	cfg.cluster = harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	start := time.Now()
@@ -78,11 +79,28 @@ func TestDemoInterrupted(t *testing.T) {
 	assert.Contains(t, out.String(), "(interrupted)")
 }
 
+// TestDemoRefusesMastersThatAreNotIndependent: the demo verifies its
+// masters first and stops if one is a replica (of another master here).
+func TestDemoRefusesMastersThatAreNotIndependent(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	host, port, err := net.SplitHostPort(cluster.Masters[0].Addr())
+	require.NoError(t, err)
+	require.NoError(t, cluster.Admin(2).Do(t.Context(), "REPLICAOF", host, port).Err())
+	cfg := defaultConfig()
+	cfg.workers, cfg.duration = 2, 2*time.Second
+	cfg.cluster = cluster
+	var out bytes.Buffer
+	_, err = run(t.Context(), cfg, &out)
+	require.ErrorIs(t, err, redlock.ErrReplica)
+	assert.ErrorContains(t, err, "master 2 ("+cluster.Masters[2].Addr()+")")
+	assert.NotContains(t, out.String(), "--- summary ---")
+}
+
 func TestClassify(t *testing.T) {
-	refused := redlock.MasterResult{Master: "m"}
+	refused := redlock.MasterResult{Master: "m", Err: redlock.ErrHeldElsewhere}
 	agreed := redlock.MasterResult{Master: "m", Agreed: true}
 	noReply := redlock.MasterResult{Master: "m", Err: redlock.ErrNoReply}
-	timeout := redlock.MasterResult{Master: "m", Err: redlock.ErrNodeTimeout}
+	timeout := redlock.MasterResult{Master: "m", Err: redlock.ErrMasterTimeout}
 	dial := redlock.MasterResult{Master: "m", Err: errors.New("dial tcp: connection refused")}
 	quorumErr := func(expired bool, ms ...redlock.MasterResult) error {
 		return &redlock.QuorumError{Op: "acquire", Key: "k", Quorum: 3, Expired: expired, Masters: ms}

@@ -1,11 +1,13 @@
 // Command redlock demonstrates the Redlock client under load and faults.
 //
-//	go run ./cmd/redlock demo [-workers 8] [-duration 12s] [-ttl 1s] [-masters host:port,...]
+//	cd cmd/redlock && go run . demo [-workers 8] [-duration 12s] [-ttl 1s] [-masters host:port,...]
 //
 // The demo runs workers that each own a redlock.Client and compete for one
 // key, checks that their critical sections never overlap and that no update
 // of a shared counter is lost, and, on masters it starts itself, kills,
-// restarts and pauses masters meanwhile. It exits 1 if an overlap or a lost
+// restarts and pauses masters meanwhile. It prints each master as it comes
+// up, a status line every second, and a summary with a legend of its
+// counters. It exits 1 if an overlap or a lost
 // update was seen, the lock was never acquired or the run failed, and 2 on
 // a usage error or when redis-server is missing.
 package main
@@ -23,7 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 const usage = `usage: redlock demo [flags]
@@ -80,7 +82,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	sum, err := run(ctx, cfg, stdout)
 	switch {
-	case errors.Is(err, integration.ErrNoRedisServer):
+	case errors.Is(err, harness.ErrNoRedisServer):
 		fmt.Fprintf(stderr, "redlock demo: %v\n\n"+
 			"The demo starts five local redis-server processes. Install Redis with\n"+
 			"    sudo apt-get install -y redis-server\n"+

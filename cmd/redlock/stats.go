@@ -29,6 +29,38 @@ const (
 
 var causeNames = [numCauses]string{"held", "no-quorum", "expired", "ctx", "not-held", "other"}
 
+// legendFormat explains the counters of the status lines and the summary;
+// its arguments are the quorum, the number of masters, the master timeout
+// and the PING timeout of "masters up". TestLegend checks that it names
+// every cause.
+const legendFormat = `--- what the counters mean ---
+acquired       a worker took the lock: %[1]d of %[2]d masters agreed within its validity
+failed acquire why an attempt did not get the lock (a worker then waits a random backoff):
+  held         enough masters refused that no quorum was possible: other workers held the key
+               there. The normal outcome of contention. Split votes count here too: several
+               workers try at once, each wins some masters and none wins %[1]d (2+2+1 of 5);
+               all fail, release what they won and retry. Hence retries after a random
+               (jittered) delay, since equal delays would collide again, and Mutex.Lock's
+               wake-on-release: waiters retry when the holder releases, one per process at
+               a time, instead of polling. (The workers here use TryLock and a jittered
+               backoff, so that every failed attempt is counted.)
+  no-quorum    too few masters answered within the master timeout (%[3]v) for a quorum:
+               masters down, paused or too slow. With a master down, a split vote can end
+               here too (2 won, 2 refused, 1 silent).
+  expired      a quorum agreed, but the validity (ttl minus the time the attempt took minus
+               clock drift) had run out when it was decided: too late to be safe, so undone.
+  ctx          the run was stopping (Ctrl-C) during an attempt.
+  other        any other error (shown only when there are some, with the first one).
+failed release
+  not-held     an unlock found fewer than %[1]d masters still holding this worker's lock: it
+               had expired, or too few masters answered in time. It is released either way.
+masters up     masters answering PING on a new connection within %[4]v, when the line was printed.
+overlaps       times a worker entered the critical section while another was inside: mutual
+               exclusion violated. Must be 0.
+lost updates   the critical section reads a shared counter, pauses, and writes it plus one, so
+               overlaps lose increments: critical sections run minus the counter. Must be 0.
+`
+
 // classify tells why an acquire failed.
 func classify(err error) cause {
 	var qe *redlock.QuorumError
@@ -44,7 +76,7 @@ func classify(err error) cause {
 	for _, m := range qe.Masters {
 		switch {
 		case m.Agreed:
-		case m.Err == nil:
+		case errors.Is(m.Err, redlock.ErrHeldElsewhere):
 			refused++
 		case isUnreachable(m.Err):
 			unreachable++
@@ -64,7 +96,7 @@ func classify(err error) cause {
 func isUnreachable(err error) bool {
 	var reply redis.Error
 	switch {
-	case errors.Is(err, redlock.ErrNodeTimeout), errors.Is(err, redlock.ErrNoReply):
+	case errors.Is(err, redlock.ErrMasterTimeout), errors.Is(err, redlock.ErrNoReply):
 		return true
 	case errors.As(err, &reply):
 		return false
@@ -162,6 +194,7 @@ type summary struct {
 	interrupted bool
 	cfg         config
 	masters     string
+	numMasters  int
 	events      []string
 	firstOther  error
 }
@@ -184,6 +217,7 @@ func (d *demo) summary(interrupted bool) summary {
 		interrupted: interrupted,
 		cfg:         d.cfg,
 		masters:     d.ms.desc,
+		numMasters:  len(d.ms.addrs),
 		events:      events,
 		firstOther:  firstOther,
 	}
@@ -196,6 +230,7 @@ func (s summary) write(w *lineWriter) {
 	line := func(label, format string, args ...any) {
 		fmt.Fprintf(&b, "%-16s %s\n", label, fmt.Sprintf(format, args...))
 	}
+	fmt.Fprintf(&b, legendFormat, s.numMasters/2+1, s.numMasters, redlock.DefaultMasterTimeout, pingTimeout)
 	b.WriteString("--- summary ---\n")
 	run := fmt.Sprintf("%.1fs, %d workers on key %q, ttl %v, %s", s.elapsed.Seconds(), s.cfg.workers, s.cfg.key, s.cfg.ttl, s.masters)
 	if s.interrupted {

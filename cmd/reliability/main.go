@@ -2,7 +2,7 @@
 // integration/nemesis against local redis-server processes and writes the
 // results to RELIABILITY.md.
 //
-//	go run ./cmd/reliability [-o RELIABILITY.md] [-quick] [-run regexp]
+//	go run . [-o RELIABILITY.md] [-quick] [-run regexp]
 //
 // It needs redis-server in PATH and libfaketime (Debian package faketime)
 // for the clock scenarios. It exits with status 1 if a scenario within
@@ -179,8 +179,8 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		p("- **%s**: %s", o.sc.Name, o.sc.Description)
 		if o.rep != nil {
 			c = o.rep.Config
-			p(" %d clients, TTL %v, node timeout %v, at most %d lock calls each and %v; ran %v.",
-				c.Clients, c.TTL, c.NodeTimeout, c.Sections, c.Duration, o.rep.Elapsed.Round(100*time.Millisecond))
+			p(" %d clients, TTL %v, master timeout %v, at most %d lock calls each and %v; ran %v.",
+				c.Clients, c.TTL, c.MasterTimeout, c.Sections, c.Duration, o.rep.Elapsed.Round(100*time.Millisecond))
 		}
 		p("\n")
 	}
@@ -211,10 +211,10 @@ counts (` + "`go test ./integration/nemesis`" + `).
 
 In ` + "`integration/faults_test.go`" + ` and ` + "`integration/failover_test.go`" + `:
 
-- latency below the node timeout on two (and three) of five masters: the lock
+- latency below the master timeout on two (and three) of five masters: the lock
   is still acquired;
 - a black hole (requests and replies dropped) on three masters: the acquire
-  fails after the node timeout with ErrNotObtained and nothing is left once
+  fails after the master timeout with ErrNotObtained and nothing is left once
   healed;
 - replies lost from three masters (requests delivered): the acquire fails;
   its undo cannot reach them (a new go-redis connection needs a reply to its

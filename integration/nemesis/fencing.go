@@ -10,7 +10,7 @@ type FencingFunc func(m *mutex.Mutex) (token uint64, ok bool)
 // MutexFencing reads the token of the lock a mutex holds (Lock.Token). A
 // client built with redlock.Options.NoFencing has token 0: no token.
 func MutexFencing(m *mutex.Mutex) (uint64, bool) {
-	l := m.Held()
+	l := m.Current()
 	if l == nil || l.Token() == 0 {
 		return 0, false
 	}

@@ -128,7 +128,7 @@ func (c CutMinority) Run(ctx context.Context, env *Env) error {
 }
 
 // SlowOne delays the replies of one random master by each of Latencies in
-// turn (below and above the node timeout, say), each for Period, with Up
+// turn (below and above the master timeout, say), each for Period, with Up
 // between.
 type SlowOne struct {
 	Latencies  []time.Duration

@@ -27,10 +27,10 @@ type Config struct {
 	Sections int           // lock calls per client at most; default 20
 	Duration time.Duration // no lock call starts after this; default 10s
 
-	Key         string        // the lock key; default "resource"
-	TTL         time.Duration // lock TTL; default 1s
-	NodeTimeout time.Duration // redlock.Options.NodeTimeout; default 100ms
-	LockTimeout time.Duration // bound of one mutex.Lock call; default 2s
+	Key           string        // the lock key; default "resource"
+	TTL           time.Duration // lock TTL; default 1s
+	MasterTimeout time.Duration // redlock.Options.MasterTimeout; default 100ms
+	LockTimeout   time.Duration // bound of one mutex.Lock call; default 2s
 	// Hold is the time between the read and the write inside a section,
 	// which widens the window a second holder would hit; default 2ms.
 	Hold time.Duration
@@ -69,7 +69,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.Duration, 10*time.Second)
 	def(&c.TTL, time.Second)
-	def(&c.NodeTimeout, 100*time.Millisecond)
+	def(&c.MasterTimeout, 100*time.Millisecond)
 	def(&c.LockTimeout, 2*time.Second)
 	def(&c.Hold, 2*time.Millisecond)
 	def(&c.MinRetryDelay, time.Millisecond)
@@ -292,7 +292,7 @@ type worker struct {
 func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res *Resource) (*worker, error) {
 	w := &worker{id: id, cfg: cfg, env: env, res: res}
 	c, err := redlock.New(masters, &redlock.Options{
-		NodeTimeout: cfg.NodeTimeout,
+		MasterTimeout: cfg.MasterTimeout,
 		// Values name their client, so a holder can be told on the masters.
 		NewValue: func() (string, error) { return fmt.Sprintf("c%d-%s", id, rand.Text()), nil },
 	})
@@ -338,7 +338,7 @@ func (w *worker) run(ctx context.Context) error {
 			continue
 		}
 		s := Section{Client: w.id, Enter: rec.Now()}
-		if l := w.mutex.Held(); l != nil {
+		if l := w.mutex.Current(); l != nil {
 			s.Value = l.Value()
 		}
 		done := make(chan struct{})
@@ -373,11 +373,11 @@ func (w *worker) section(s *Section) {
 	}
 	s.ReadOK, s.Read, s.ReadAt = true, v, at
 	if w.cfg.HoldUntilValidity > 0 {
-		time.Sleep(time.Until(w.mutex.Until().Add(-w.cfg.HoldUntilValidity)))
+		time.Sleep(time.Until(w.mutex.Current().Until().Add(-w.cfg.HoldUntilValidity)))
 	} else {
 		time.Sleep(w.cfg.Hold)
 	}
-	if !time.Now().Before(w.mutex.Until()) {
+	if !time.Now().Before(w.mutex.Current().Until()) {
 		s.Aborted = true
 		return
 	}

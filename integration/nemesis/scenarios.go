@@ -49,13 +49,13 @@ func Scenarios(s Scale) []Scenario {
 	}
 	base := func() Config {
 		return Config{
-			Clients:     pick(3, 4),
-			Sections:    pick(200, 1000), // the Duration usually ends a run first
-			Duration:    dur(5*time.Second, 12*time.Second),
-			TTL:         time.Second,
-			NodeTimeout: 100 * time.Millisecond,
-			Hold:        2 * time.Millisecond,
-			Fencing:     MutexFencing,
+			Clients:       pick(3, 4),
+			Sections:      pick(200, 1000), // the Duration usually ends a run first
+			Duration:      dur(5*time.Second, 12*time.Second),
+			TTL:           time.Second,
+			MasterTimeout: 100 * time.Millisecond,
+			Hold:          2 * time.Millisecond,
+			Fencing:       MutexFencing,
 		}
 	}
 	// Long sections, for nemeses that act while a lock is held.
@@ -87,7 +87,7 @@ func Scenarios(s Scale) []Scenario {
 		{
 			Name: "pause-minority", Safe: true, Config: base(),
 			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "Freeze 2 of 5 masters (SIGSTOP) for 400ms, four times the node timeout, then resume them.",
+			Description: "Freeze 2 of 5 masters (SIGSTOP) for 400ms, four times the master timeout, then resume them.",
 		},
 		{
 			Name: "cut-minority", Safe: true, Config: base(),
@@ -100,7 +100,7 @@ func Scenarios(s Scale) []Scenario {
 				Latencies: []time.Duration{50 * time.Millisecond, 200 * time.Millisecond},
 				Period:    500 * time.Millisecond, Up: 200 * time.Millisecond,
 			},
-			Description: "Delay one master's replies by 50ms (half the node timeout) or 200ms (twice it), alternately, 500ms at a time.",
+			Description: "Delay one master's replies by 50ms (half the master timeout) or 200ms (twice it), alternately, 500ms at a time.",
 		},
 		{
 			Name: "skew-one", Safe: true, Config: lease(),

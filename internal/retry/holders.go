@@ -86,11 +86,11 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 
 // Release removes one of owner's holds; it forgets the lock after the last.
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
-// here; what names the lock in that error.
-func (h *Holders) Release(ctx context.Context, owner, what string) error {
+// here; op and key name the call in that error.
+func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 	return h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
 		if l == nil {
-			return nil, fmt.Errorf("%w: %s is not held by owner %q", redlock.ErrNotHeld, what, owner)
+			return nil, fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
 		}
 		err := l.Release(ctx)
 		if l.Holds() == 0 {

@@ -10,7 +10,17 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/link"
 )
+
+// Options configure a blocking lock; packages mutex and rwmutex document
+// them for their users, with their defaults.
+type Options struct {
+	TTL           time.Duration
+	MinRetryDelay time.Duration
+	MaxRetryDelay time.Duration
+	AutoRenew     bool
+}
 
 // Defaults of Options.
 const (
@@ -19,44 +29,34 @@ const (
 	DefaultMaxRetryDelay = 200 * time.Millisecond
 )
 
-// Options configure a blocking lock. The zero value of each field selects
-// its default.
-type Options struct {
-	// TTL is how long the lock lives on the masters without renewal.
-	// Default: 10s.
-	TTL time.Duration
-
-	// MinRetryDelay and MaxRetryDelay bound the fallback timer between two
-	// attempts of a blocking lock, for releases it did not hear of (see
-	// redlock.Waker) and locks that expire. The delay doubles from
-	// MinRetryDelay up to MaxRetryDelay, and each one is drawn at random
-	// from its upper half, so that competing clients fall out of step.
-	// Defaults: 5ms and 200ms.
-	MinRetryDelay time.Duration
-	MaxRetryDelay time.Duration
-
-	// AutoRenew keeps each acquired lock held until it is unlocked (see
-	// redlock.Lock.AutoRenew). Default: off.
-	AutoRenew bool
-}
-
-// Check fills in the defaults and names the first invalid value.
-func (o Options) Check(client *redlock.Client, key string) (Options, error) {
+// Check fills in the defaults and names the first invalid value: what is
+// the options' type, such as "mutex.Options". The TTL must also suit the
+// client's options.
+func (o Options) Check(client *redlock.Client, key, what string) (Options, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{redlock.ErrInvalidArgument}, args...)...)
+		return fmt.Errorf("%w: %s."+format, append([]any{redlock.ErrInvalidArgument, what}, args...)...)
+	}
+	if client == nil {
+		return o, fmt.Errorf("%w: nil *redlock.Client", redlock.ErrInvalidArgument)
+	}
+	if key == "" {
+		return o, fmt.Errorf("%w: empty key", redlock.ErrInvalidArgument)
 	}
 	o.TTL = orDefault(o.TTL, DefaultTTL)
 	o.MinRetryDelay = orDefault(o.MinRetryDelay, DefaultMinRetryDelay)
 	o.MaxRetryDelay = orDefault(o.MaxRetryDelay, DefaultMaxRetryDelay)
 	switch {
-	case client == nil:
-		return o, bad("nil client")
-	case key == "":
-		return o, bad("empty key")
-	case o.TTL < 0 || o.MinRetryDelay < 0 || o.MaxRetryDelay < 0:
-		return o, bad("TTL %v, MinRetryDelay %v, MaxRetryDelay %v: must not be negative", o.TTL, o.MinRetryDelay, o.MaxRetryDelay)
+	case o.TTL < time.Millisecond:
+		return o, bad("TTL %v: must be at least 1ms (Redis keeps whole milliseconds; is a unit missing?)", o.TTL)
+	case o.MinRetryDelay < time.Millisecond:
+		return o, bad("MinRetryDelay %v: must be at least 1ms (shorter retries spin without jitter)", o.MinRetryDelay)
+	case o.MaxRetryDelay < time.Millisecond:
+		return o, bad("MaxRetryDelay %v: must be at least 1ms (shorter retries spin without jitter)", o.MaxRetryDelay)
 	case o.MaxRetryDelay < o.MinRetryDelay:
-		return o, bad("MaxRetryDelay %v is less than MinRetryDelay %v", o.MaxRetryDelay, o.MinRetryDelay)
+		return o, bad("MaxRetryDelay %v: must not be less than MinRetryDelay (%v)", o.MaxRetryDelay, o.MinRetryDelay)
+	}
+	if err := link.CheckTTL(client, what+".TTL", o.TTL); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -81,7 +81,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	if !wakeAll {
 		done, err := takeTurn(ctx, c, key)
 		if err != nil {
-			return nil, fmt.Errorf("lock %q: %w", key, err)
+			return nil, fmt.Errorf("%w: acquire %q: gave up waiting for a turn among this process's waiters: %w", redlock.ErrNotObtained, key, err)
 		}
 		defer done()
 	}
@@ -100,7 +100,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 
 func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
-	waker := c.NewWaker(key, wakeAll)
+	waker := link.NewWaker(c, key, wakeAll)
 	defer waker.Close()
 	delay := opts.MinRetryDelay
 	for {
@@ -110,12 +110,12 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		}
 		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
 		select {
-		case <-waker.C:
+		case <-waker.Wake():
 		case <-timer.C:
 			delay = min(2*delay, opts.MaxRetryDelay)
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("lock %q: %w; last attempt: %w", key, ctx.Err(), err)
+			return nil, fmt.Errorf("%w; gave up waiting: %w", err, ctx.Err())
 		}
 		timer.Stop()
 	}

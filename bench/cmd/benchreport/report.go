@@ -174,7 +174,7 @@ func (r *report) write(w io.Writer) {
 	p("## Setup\n\n")
 	p("- Every benchmark function starts its own masters (`integration.StartProcesses`: redis-server 127.0.0.1, no persistence) once; its cases are sub-benchmarks.\n")
 	p("- Every library gets the same go-redis v9 clients: `ContextTimeoutEnabled: true`, 200ms dial/read/write timeouts, no retries, default pool (10 per GOMAXPROCS).\n")
-	p("- TTL 10s everywhere. redlock: defaults (NodeTimeout 50ms, fencing tokens on). redsync: `WithExpiry(10s)`, otherwise defaults (waits for every master; 32 tries 50-250ms apart when contended). redislock: defaults.\n")
+	p("- TTL 10s everywhere. redlock: defaults (MasterTimeout 50ms, fencing tokens on). redsync: `WithExpiry(10s)`, otherwise defaults (waits for every master; 32 tries 50-250ms apart when contended). redislock: defaults.\n")
 	p("- `redlock-5` is redlock on five masters, `redlock-1` on one; `redsync-5` on the same five; `redislock-1` on one of them.\n")
 	p("- Uncontended: one attempt per op (`Acquire`, `TryLockContext`, `Obtain`). `key=fresh`: every op locks a key no other op uses (redsync gets a new `Mutex` per key, as its users do). `key=reused`: each goroutine locks its own key again and again. ns/op is wall time per lock+unlock pair over all goroutines.\n")
 	p("- Every loop is bounded by b.N and by 20s per run.\n\n")

@@ -1,3 +1,4 @@
+// Package rwmutextest runs package rwmutex against real masters.
 package rwmutex_test
 
 import (
@@ -19,14 +20,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestNewValidates(t *testing.T) {
 	_, err := rwmutex.New(nil, "k", nil)
 	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
-	assert.ErrorContains(t, err, "rwmutex: ")
+	assert.ErrorContains(t, err, "nil *redlock.Client")
 	_, err = rwmutex.New(&redlock.Client{}, "", nil)
 	assert.ErrorContains(t, err, "empty key")
 }
 
 func TestUnlockWithoutLock(t *testing.T) {
 	cl := integration.NewCluster(t, 3)
-	c, err := redlock.New(cl.Clients(), &redlock.Options{NodeTimeout: 200 * time.Millisecond})
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	m, err := rwmutex.New(c, "doc", nil)

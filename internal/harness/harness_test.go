@@ -1,4 +1,4 @@
-package integration
+package harness
 
 import (
 	"context"
@@ -25,13 +25,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// requireProcessBackend skips a test that inspects processes (PIDs, the
-// temporary directory) when NewCluster uses another backend.
-func requireProcessBackend(t *testing.T) {
+// newCluster starts n process masters for a test.
+func newCluster(t *testing.T, n int) *Cluster {
 	t.Helper()
-	if b := Backend(); b != BackendProcess {
-		t.Skipf("process-specific (PIDs, temporary directories); %s=%s", EnvBackend, b)
-	}
+	return NewProcessCluster(t, n, ProcessOptions{})
 }
 
 // runID returns the run_id of master i: it changes at every start.
@@ -73,7 +70,7 @@ func requireRefused(t *testing.T, addr string) {
 
 func TestSetGetOnEveryMaster(t *testing.T) {
 	ctx := testCtx(t)
-	c := NewCluster(t, 3)
+	c := newCluster(t, 3)
 
 	require.Len(t, c.Masters, 3)
 	addrs := c.Addrs()
@@ -105,7 +102,7 @@ func TestSetGetOnEveryMaster(t *testing.T) {
 
 func TestKillAndRestart(t *testing.T) {
 	ctx := testCtx(t)
-	c := NewCluster(t, 3)
+	c := newCluster(t, 3)
 	m := c.Masters[1]
 	addr := m.Addr()
 	for _, cl := range c.Clients() {
@@ -143,22 +140,17 @@ func TestKillAndRestart(t *testing.T) {
 	// Restart of a running master replaces the server and its data.
 	require.NoError(t, c.Admin(1).Set(ctx, "k", "v", 0).Err())
 	beforeRun := runID(ctx, t, c, 1)
-	var beforePid int
-	if Backend() == BackendProcess {
-		beforePid = pids(t, c)[1]
-	}
+	beforePid := pids(t, c)[1]
 	require.NoError(t, m.Restart(ctx))
 	assert.NotEqual(t, beforeRun, runID(ctx, t, c, 1), "Restart must start a new server")
-	if Backend() == BackendProcess {
-		assert.NotEqual(t, beforePid, pids(t, c)[1])
-		assert.ErrorIs(t, syscall.Kill(beforePid, 0), syscall.ESRCH, "old process must be reaped")
-	}
+	assert.NotEqual(t, beforePid, pids(t, c)[1])
+	assert.ErrorIs(t, syscall.Kill(beforePid, 0), syscall.ESRCH, "old process must be reaped")
 	assert.Equal(t, []int{0, 0, 0}, c.KeyCounts(ctx))
 }
 
 func TestRestartWaitsForBusyPort(t *testing.T) {
 	ctx := testCtx(t)
-	c := NewCluster(t, 1)
+	c := newCluster(t, 1)
 	m := c.Masters[0]
 	require.NoError(t, m.Kill(ctx))
 	squatter, err := net.Listen("tcp", m.Addr())
@@ -176,14 +168,14 @@ func TestRestartWaitsForBusyPort(t *testing.T) {
 	require.NoError(t, err)
 	defer squatter2.Close()
 	err = m.Restart(ctx)
-	require.ErrorIs(t, err, errAddrInUse)
+	require.ErrorIs(t, err, ErrAddrInUse)
 	assert.Contains(t, strings.ToLower(err.Error()), "address already in use", "the error must give the reason")
 	assert.False(t, m.Running())
 }
 
 func TestPauseAndResume(t *testing.T) {
 	ctx := testCtx(t)
-	c := NewCluster(t, 2)
+	c := newCluster(t, 2)
 	m, cl := c.Masters[0], c.Clients()[0]
 	require.NoError(t, cl.Ping(ctx).Err())
 
@@ -206,9 +198,8 @@ func TestPauseAndResume(t *testing.T) {
 }
 
 func TestCloseStopsEverything(t *testing.T) {
-	requireProcessBackend(t) // see TestContainerCloseRemovesEverything
 	ctx := testCtx(t)
-	c := NewCluster(t, 3)
+	c := newCluster(t, 3)
 	require.NoError(t, c.Masters[1].Pause(ctx), "a paused master must die too")
 	require.NoError(t, c.Masters[2].Kill(ctx))
 	ps := pids(t, c)
@@ -238,7 +229,7 @@ func rootDir(c *Cluster) string {
 
 func TestConcurrentControl(t *testing.T) {
 	ctx := testCtx(t)
-	c := NewCluster(t, 2)
+	c := newCluster(t, 2)
 	m := c.Masters[0]
 	var wg sync.WaitGroup
 	for range 4 {
@@ -260,9 +251,7 @@ func TestConcurrentControl(t *testing.T) {
 	require.NoError(t, m.Resume(ctx))
 	require.True(t, m.Running())
 	require.NoError(t, c.Admin(0).Ping(ctx).Err())
-	if Backend() == BackendProcess {
-		assert.Len(t, pids(t, c), 2)
-	}
+	assert.Len(t, pids(t, c), 2)
 }
 
 func TestBinaryAndEnv(t *testing.T) {

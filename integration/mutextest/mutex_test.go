@@ -1,3 +1,4 @@
+// Package mutextest runs package mutex against real masters.
 package mutex_test
 
 import (
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func setup(t *testing.T) *redlock.Client {
 	t.Helper()
 	cl := integration.NewCluster(t, 3)
-	c, err := redlock.New(cl.Clients(), &redlock.Options{NodeTimeout: 200 * time.Millisecond})
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -39,15 +40,15 @@ func TestNewValidates(t *testing.T) {
 		want string
 	}{
 		{"", nil, "empty key"},
-		{"k", &mutex.Options{TTL: -time.Second}, "must not be negative"},
-		{"k", &mutex.Options{MinRetryDelay: time.Second, MaxRetryDelay: time.Millisecond}, "MaxRetryDelay 1ms is less than MinRetryDelay 1s"},
+		{"k", &mutex.Options{TTL: -time.Second}, "mutex.Options.TTL -1s: must be at least 1ms"},
+		{"k", &mutex.Options{MinRetryDelay: time.Second, MaxRetryDelay: time.Millisecond}, "mutex.Options.MaxRetryDelay 1ms: must not be less than MinRetryDelay (1s)"},
 	} {
 		_, err := mutex.New(&redlock.Client{}, tc.key, tc.opts)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument)
 		assert.ErrorContains(t, err, tc.want)
 	}
 	_, err := mutex.New(nil, "k", nil)
-	assert.ErrorContains(t, err, "nil client")
+	assert.ErrorContains(t, err, "nil *redlock.Client")
 }
 
 func TestTryLockExcludesOtherHolders(t *testing.T) {
@@ -55,12 +56,12 @@ func TestTryLockExcludesOtherHolders(t *testing.T) {
 	ctx := context.Background()
 	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
 	require.NoError(t, a.TryLock(ctx))
-	assert.True(t, a.Until().After(time.Now()))
+	assert.True(t, a.Current().Until().After(time.Now()))
 	require.ErrorIs(t, b.TryLock(ctx), redlock.ErrNotObtained)
 	require.ErrorIs(t, a.TryLock(ctx), redlock.ErrNotObtained, "not reentrant")
 	require.NoError(t, a.Extend(ctx))
 	require.NoError(t, a.Unlock(ctx))
-	assert.True(t, a.Until().IsZero())
+	assert.Nil(t, a.Current())
 	require.NoError(t, b.TryLock(ctx))
 	require.NoError(t, b.Unlock(ctx))
 }

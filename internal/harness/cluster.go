@@ -1,9 +1,12 @@
-// Package integration starts and controls independent Redis masters for
-// integration tests and demos of the Redlock client.
+// Package harness starts and controls independent Redis masters as local
+// redis-server processes, for the tests, examples and demo of redlock. It
+// needs only the standard library and go-redis, so that the root module's
+// own tests can use it; package integration (a nested module) adds the
+// container backend and the fault tools.
 //
 // The core (Cluster, Master, StartProcesses) does not depend on package
-// testing; NewCluster and NewProcessCluster wrap it for tests.
-package integration
+// testing; NewProcessCluster wraps it for tests.
+package harness
 
 import (
 	"bufio"
@@ -54,7 +57,7 @@ var ErrNotRunning = errors.New("master is not running")
 const (
 	clientTimeout   = 200 * time.Millisecond
 	keyCountTimeout = 200 * time.Millisecond
-	killTimeout     = 10 * time.Second
+	KillTimeout     = 10 * time.Second
 )
 
 // Cluster is a set of independent masters (no replication between them)
@@ -72,8 +75,8 @@ type Cluster struct {
 	closeErr error
 }
 
-// newCluster wraps masters; cleanup runs in Close after every master is killed.
-func newCluster(masters []Master, cleanup ...func() error) *Cluster {
+// New wraps masters; cleanup runs in Close after every master is killed.
+func New(masters []Master, cleanup ...func() error) *Cluster {
 	return &Cluster{Masters: masters, cleanup: cleanup}
 }
 
@@ -218,7 +221,7 @@ func (c *Cluster) Close() error {
 	for _, cl := range c.admins {
 		errs = append(errs, cl.Close())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), KillTimeout)
 	defer cancel()
 	for _, m := range c.Masters {
 		if err := m.Kill(ctx); err != nil {
@@ -239,14 +242,14 @@ func wrapMaster(m Master, op string, err error) error {
 
 // restart kills a master and starts it again on its address, retrying a
 // start that finds the port still busy for up to rebindTimeout.
-func restart(ctx context.Context, kill, start func(context.Context) error) error {
+func Restart(ctx context.Context, kill, start func(context.Context) error) error {
 	if err := kill(ctx); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(rebindTimeout)
 	for {
 		err := start(ctx)
-		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+		if !errors.Is(err, ErrAddrInUse) || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -257,10 +260,10 @@ func restart(ctx context.Context, kill, start func(context.Context) error) error
 	}
 }
 
-// pingThen sends PING and then more (raw RESP) on a fresh connection to
+// PingThen sends PING and then more (raw RESP) on a fresh connection to
 // addr, bounded by ctx and probeTimeout, expects +PONG, and lets then read
 // the answers to more.
-func pingThen(ctx context.Context, addr, more string, then func(*bufio.Reader) error) error {
+func PingThen(ctx context.Context, addr, more string, then func(*bufio.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	var d net.Dialer

@@ -1,4 +1,4 @@
-package integration
+package harness
 
 import (
 	"bufio"
@@ -38,18 +38,18 @@ type ProcessOptions struct {
 }
 
 const (
-	startTimeout  = 10 * time.Second       // a start must answer PING within this
-	startAttempts = 5                      // fresh ports StartProcesses tries per master
+	StartTimeout  = 10 * time.Second       // a start must answer PING within this
+	StartAttempts = 5                      // fresh ports StartProcesses tries per master
 	rebindTimeout = 2 * time.Second        // how long Restart retries a busy port
 	rebindWait    = 100 * time.Millisecond // pause between those retries
 	probeTimeout  = 500 * time.Millisecond // one readiness probe
-	pollInterval  = 10 * time.Millisecond  // between readiness probes
-	logTailLines  = 20                     // log lines quoted in a start error
+	PollInterval  = 10 * time.Millisecond  // between readiness probes
+	LogTailLines  = 20                     // log lines quoted in a start error
 	logFileName   = "redis.log"
 )
 
-// errAddrInUse marks a start that failed because the port was taken.
-var errAddrInUse = errors.New("address already in use")
+// ErrAddrInUse marks a start that failed because the port was taken.
+var ErrAddrInUse = errors.New("address already in use")
 
 // StartProcesses starts n redis-server processes, each listening on a free
 // 127.0.0.1 port, with its own temporary directory, no persistence and
@@ -73,7 +73,7 @@ func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, 
 	if root, err = filepath.Abs(root); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(root))
 	}
-	c := newCluster(make([]Master, 0, n), func() error { return os.RemoveAll(root) })
+	c := New(make([]Master, 0, n), func() error { return os.RemoveAll(root) })
 	for i := range n {
 		env := append(os.Environ(), opts.Env...)
 		if opts.EnvFor != nil {
@@ -96,9 +96,9 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 		return nil, err
 	}
 	var err error
-	for range startAttempts {
+	for range StartAttempts {
 		var port int
-		if port, err = freePort(); err != nil {
+		if port, err = FreePort(); err != nil {
 			return nil, err
 		}
 		m := &processMaster{
@@ -124,15 +124,15 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 		if err == nil {
 			return m, nil
 		}
-		if !errors.Is(err, errAddrInUse) {
+		if !errors.Is(err, ErrAddrInUse) {
 			return nil, err
 		}
 	}
 	return nil, err
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -219,7 +219,7 @@ func (m *processMaster) kill(ctx context.Context) error {
 func (m *processMaster) Restart(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return restart(ctx, m.kill, m.start)
+	return Restart(ctx, m.kill, m.start)
 }
 
 // Pause sends SIGSTOP and blocks until the kernel reports the process
@@ -251,11 +251,11 @@ func (m *processMaster) signal(ctx context.Context, sig syscall.Signal, stopped 
 }
 
 // start launches redis-server and waits until it answers PING, bounded by
-// ctx and startTimeout. On failure the process is killed and the error
-// quotes the end of the log; it wraps errAddrInUse if the port was taken.
+// ctx and StartTimeout. On failure the process is killed and the error
+// quotes the end of the log; it wraps ErrAddrInUse if the port was taken.
 // m.mu must be held and no process may be live.
 func (m *processMaster) start(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
 
 	data := filepath.Join(m.dir, "data")
@@ -297,12 +297,12 @@ func (m *processMaster) start(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	killCtx, cancelKill := context.WithTimeout(context.Background(), killTimeout)
+	killCtx, cancelKill := context.WithTimeout(context.Background(), KillTimeout)
 	defer cancelKill()
 	_ = m.kill(killCtx)
-	tail := readTail(m.logPath(), logStart, logTailLines)
+	tail := ReadTail(m.logPath(), logStart, LogTailLines)
 	if strings.Contains(tail, "Address already in use") {
-		err = fmt.Errorf("%w: %w", errAddrInUse, err)
+		err = fmt.Errorf("%w: %w", ErrAddrInUse, err)
 	}
 	return fmt.Errorf("%s: redis-server on %s did not start: %w\n--- end of its log ---\n%s",
 		m.name, m.addr, err, tail)
@@ -321,7 +321,7 @@ func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}
 			return errors.New("redis-server exited")
 		case <-ctx.Done():
 			return fmt.Errorf("%w (last probe: %v)", ctx.Err(), err)
-		case <-time.After(pollInterval):
+		case <-time.After(PollInterval):
 		}
 	}
 }
@@ -330,7 +330,7 @@ func waitReady(ctx context.Context, addr string, pid int, exited <-chan struct{}
 // the server answers PONG and reports process_id pid, which rules out
 // another server that happens to own the port.
 func probe(ctx context.Context, addr string, pid int) error {
-	return pingThen(ctx, addr, "INFO server\r\n", func(r *bufio.Reader) error {
+	return PingThen(ctx, addr, "INFO server\r\n", func(r *bufio.Reader) error {
 		line, err := r.ReadString('\n')
 		if err != nil {
 			return err
@@ -350,8 +350,8 @@ func probe(ctx context.Context, addr string, pid int) error {
 	})
 }
 
-// readTail returns up to n last lines of the file written after offset.
-func readTail(path string, offset int64, n int) string {
+// ReadTail returns up to n last lines of the file written after offset.
+func ReadTail(path string, offset int64, n int) string {
 	const maxRead = 64 << 10
 	f, err := os.Open(path)
 	if err != nil {

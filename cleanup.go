@@ -1,0 +1,176 @@
+package redlock
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// cleanup is a script that removes what this client may have left on a
+// master: the undo of a failed acquire, the last release, the drop of a
+// late agreement. Each one only touches a key that holds this Lock's value
+// and nonce, so sending it again, or late, is harmless.
+type cleanup struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// Bounds of the cleanup retries of one master.
+const (
+	maxPendingCleanups = 10_000      // queued; more are dropped (their keys expire with their TTL)
+	maxCleanupTries    = 32          // retries of one cleanup
+	maxCleanupDelay    = time.Second // longest wait after a failed retry, unless MasterTimeout is longer
+)
+
+// cleaner holds the cleanups that got no answer from one master. While any
+// is pending, one goroutine (runCleaner) retries them there, oldest first:
+// a master that is down gets one try at a time, and one that comes back is
+// cleaned up at once.
+type cleaner struct {
+	mu      sync.Mutex
+	queue   []pendingCleanup
+	running bool // runCleaner is running
+}
+
+type pendingCleanup struct {
+	cleanup
+	ctx   context.Context // the caller's values, without its cancellation
+	until time.Time       // a key set before it was queued has expired by then
+	tries int
+}
+
+// cleanUp runs cu on master i once, with a fresh context bounded by
+// MasterTimeout, and queues it for retries if the master gave no answer.
+// A key it removes expires at most keyTTL after now. It blocks for the try.
+func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Duration) {
+	if c.tryCleanup(ctx, i, cu, true) != nil {
+		c.retryLater(ctx, i, cu, keyTTL)
+	}
+}
+
+// tryCleanup runs cu on master i once, with a fresh context (never ctx's
+// cancellation: the caller may have gone; only its values are kept),
+// bounded by MasterTimeout for the first try and by lateCallFactor times
+// that for a retry, and cancelled when Close gives up. The first try sends
+// EVALSHA (and EVAL on NOSCRIPT); a retry sends EVAL, as the master may
+// have lost its script cache and answered NOSCRIPT too late for the
+// fallback. It returns nil if the script ran, whatever it replied.
+func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) error {
+	if err := c.abandon.Err(); err != nil {
+		return err
+	}
+	nd := &c.nodes[i]
+	timeout := nd.timeout
+	if !first {
+		timeout *= lateCallFactor
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	stop := context.AfterFunc(c.abandon, cancel)
+	defer stop()
+	if first {
+		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args)
+		return err
+	}
+	return cu.script.Eval(ctx, nd.client, cu.keys, cu.args...).Err()
+}
+
+// retryLater queues cu for retries on master i, which gave no answer (an
+// error, a timeout), until it answers, or a key it removes, which expires
+// at most keyTTL after now, has expired. It does not block. It must be
+// called from a goroutine counted in c.inflight (a call to a master), so
+// that Close waits for the retries too.
+func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.Duration) {
+	if c.abandon.Err() != nil {
+		return
+	}
+	cl := &c.cleaners[i]
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if len(cl.queue) >= maxPendingCleanups {
+		return
+	}
+	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL), 0})
+	if !cl.running {
+		cl.running = true
+		c.inflight.Add(1)
+		go c.runCleaner(i)
+	}
+}
+
+// runCleaner retries the queued cleanups of master i until none is left.
+// It tries the oldest one; after a success it goes on at once with the
+// next, after a failure it moves that one to the back and waits, from
+// MasterTimeout on, doubling up to maxCleanupDelay, with jitter. A cleanup
+// is dropped once its key would have expired or after maxCleanupTries.
+// Once Close has started it stops waiting once; when Close gives up, it
+// drops the queue and returns.
+func (c *Client) runCleaner(i int) {
+	defer c.inflight.Done()
+	cl := &c.cleaners[i]
+	delay, maxDelay := c.masterTimeout, max(c.masterTimeout, maxCleanupDelay)
+	closing := c.shutdown
+	for failed := true; ; { // the cleanup that started it has just failed
+		if failed {
+			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+			select {
+			case <-t.C:
+			case <-closing:
+				t.Stop()
+				closing = nil
+			case <-c.abandon.Done():
+				t.Stop()
+				cl.clear()
+				return
+			}
+			delay = min(2*delay, maxDelay)
+		}
+		p, ok := cl.pop()
+		if !ok {
+			return
+		}
+		failed = c.tryCleanup(p.ctx, i, p.cleanup, false) != nil
+		if !failed {
+			delay = c.masterTimeout
+			continue
+		}
+		if p.tries++; p.tries < maxCleanupTries {
+			cl.push(p)
+		}
+	}
+}
+
+// pop returns the oldest cleanup whose key may still exist, dropping the
+// others. If none is left, it marks the cleaner as stopped.
+func (cl *cleaner) pop() (pendingCleanup, bool) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	now := time.Now()
+	for len(cl.queue) > 0 {
+		p := cl.queue[0]
+		cl.queue[0] = pendingCleanup{} // no reference kept from the array
+		cl.queue = cl.queue[1:]
+		if now.Before(p.until) {
+			return p, true
+		}
+	}
+	cl.queue, cl.running = nil, false
+	return pendingCleanup{}, false
+}
+
+func (cl *cleaner) push(p pendingCleanup) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.queue = append(cl.queue, p)
+}
+
+// clear drops every queued cleanup and marks the cleaner as stopped.
+func (cl *cleaner) clear() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.queue, cl.running = nil, false
+}

@@ -1,0 +1,131 @@
+package redlock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// flakyMaster is a fakeMaster whose next release calls fail without
+// reaching it, as when a request is lost or times out before it is sent.
+type flakyMaster struct {
+	*fakeMaster
+	fails atomic.Int32 // release calls still to fail
+}
+
+func (f *flakyMaster) lost(name string) bool {
+	return name == "release" && f.fails.Add(-1) >= 0
+}
+
+func (f *flakyMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if f.lost(scriptName(sha)) {
+		return redis.NewCmdResult(nil, context.DeadlineExceeded)
+	}
+	return f.fakeMaster.EvalSha(ctx, sha, keys, args...)
+}
+
+func (f *flakyMaster) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	if f.lost(scriptName(redis.NewScript(src).Hash())) {
+		return redis.NewCmdResult(nil, context.DeadlineExceeded)
+	}
+	return f.fakeMaster.Eval(ctx, src, keys, args...)
+}
+
+// withFlaky returns fs as Scripters, master i made flaky.
+func withFlaky(fs []*fakeMaster, i int) ([]redis.Scripter, *flakyMaster) {
+	out := make([]redis.Scripter, len(fs))
+	for j, f := range fs {
+		out[j] = f
+	}
+	fl := &flakyMaster{fakeMaster: fs[i]}
+	out[i] = fl
+	return out, fl
+}
+
+func held(f *fakeMaster) bool {
+	_, ok := f.get("{k}")
+	return ok
+}
+
+func TestUndoIsRetriedWithEvalUntilTheMasterAnswers(t *testing.T) {
+	fs := fakes(5)
+	for _, f := range fs[:3] {
+		f.set("{k}", "someone-else")
+	}
+	masters, fl := withFlaky(fs, 3)
+	fl.fails.Store(3) // the first undo and two retries
+	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+
+	_, err = c.Acquire(context.Background(), "k", time.Hour)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.Eventually(t, func() bool { return !held(fs[3]) && !held(fs[4]) }, 5*time.Second, time.Millisecond, "undo retried")
+	assert.Equal(t, []string{"acquire", "EVAL", "release"}, fs[3].callNames(),
+		"the lost EVALSHA was retried as EVAL: the master may have lost its script cache")
+	assert.Equal(t, []string{"acquire", "release"}, fs[4].callNames())
+}
+
+func TestLastReleaseIsRetriedWhereItGotNoAnswer(t *testing.T) {
+	fs := fakes(3)
+	masters, fl := withFlaky(fs, 2)
+	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	l, err := c.Acquire(context.Background(), "k", time.Hour)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return held(fs[0]) && held(fs[1]) && held(fs[2]) }, 5*time.Second, time.Millisecond,
+		"the calls after the decision go on")
+
+	fl.fails.Store(2)
+	require.NoError(t, l.Release(context.Background()), "two of three deleted it")
+	require.Eventually(t, func() bool { return !held(fs[2]) }, 5*time.Second, time.Millisecond, "release retried")
+}
+
+func TestCloseRetriesPendingCleanupAtOnce(t *testing.T) {
+	fs := fakes(3)
+	fs[0].set("{k}", "someone-else")
+	fs[1].set("{k}", "someone-else")
+	masters, fl := withFlaky(fs, 2)
+	fl.fails.Store(1)
+	// The first retry would come after 0.5-1h.
+	c, err := New(masters, &Options{MasterTimeout: time.Hour})
+	require.NoError(t, err)
+	_, err = c.Acquire(context.Background(), "k", 2*time.Hour)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.Eventually(t, func() bool { return fl.fails.Load() == 0 }, 5*time.Second, time.Millisecond, "the first undo was lost")
+	require.True(t, held(fs[2]))
+
+	start := time.Now()
+	require.NoError(t, c.Close())
+	assert.Less(t, time.Since(start), time.Minute, "Close waited for the retry's timer")
+	assert.False(t, held(fs[2]), "Close retried the pending undo")
+}
+
+func TestCloseGivesUpOnUnreachableMaster(t *testing.T) {
+	const masterTimeout = 20 * time.Millisecond
+	fs := fakes(3)
+	fs[0].set("{k}", "someone-else")
+	fs[1].set("{k}", "someone-else")
+	masters, fl := withFlaky(fs, 2)
+	fl.fails.Store(1 << 30)
+	c, err := New(masters, &Options{MasterTimeout: masterTimeout})
+	require.NoError(t, err)
+	_, err = c.Acquire(context.Background(), "k", time.Hour)
+	require.ErrorIs(t, err, ErrNotObtained)
+
+	start := time.Now()
+	require.NoError(t, c.Close())
+	took := time.Since(start)
+	// Close waits 4*MasterTimeout (80ms), then cancels; the fake answers at
+	// once. 1s leaves a wide margin for a loaded machine.
+	assert.GreaterOrEqual(t, took, lateCallFactor*masterTimeout, "Close gave the retries their grace")
+	assert.Less(t, took, time.Second)
+	assert.True(t, held(fs[2]), "never reached")
+	// TestMain checks that no retry goroutine is left.
+}

@@ -1,0 +1,397 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrSameServer matches a *SameServerError: two masters are one
+	// redis-server.
+	ErrSameServer = errors.New("redlock: masters are the same server")
+
+	// ErrReplica means a master reports itself as a replica: it does not
+	// count toward a quorum, as its data follows another server's.
+	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
+)
+
+// SameServerError means two masters answered with the same run_id: they
+// are one redis-server (two databases of it, or two addresses of it), and
+// only one of them counts toward a quorum. It is the error of the other
+// one: master Second, except in the round that first identified both, where
+// it is whichever of them the round heard from later. Its text names the
+// other master. It matches ErrSameServer.
+type SameServerError struct {
+	First, Second         int    // positions in the masters given to New; First < Second
+	FirstName, SecondName string // their names, as in MasterResult.Master
+	RunID                 string // the server's run_id
+
+	firstRefused bool // the error is master First's: Second counted
+}
+
+func (e *SameServerError) Error() string {
+	counted, name := e.First, e.FirstName
+	if e.firstRefused {
+		counted, name = e.Second, e.SecondName
+	}
+	return fmt.Sprintf("redlock: same server as master %d (%s, run_id %s)", counted, name, e.RunID)
+}
+
+// Is matches ErrSameServer.
+func (e *SameServerError) Is(target error) bool { return target == ErrSameServer }
+
+// serverID is what a master said about itself.
+type serverID struct {
+	runID string // INFO server's run_id; "" when unknown
+	role  string // INFO replication's role: "master", "slave"; "" when unknown
+	// opened and asked are idCache.opened and idCache.asked when the INFO
+	// was sent.
+	opened, asked uint64
+	// unknown is why the server could not be identified although it
+	// answered (INFO not allowed, say): it then counts, unchecked.
+	unknown error
+}
+
+// idCache tracks which server a *redis.Client master reaches. The server
+// is asked on first use and again once the client's connection pool has
+// opened a connection since (it may reach another server), so that
+// identifying costs no round trip in the steady state. A role change
+// without a new connection goes unseen until then, or until Verify. Safe
+// for concurrent use.
+type idCache struct {
+	client  *redis.Client
+	asked   atomic.Uint64 // bumped by refresh
+	current atomic.Pointer[serverID]
+
+	mu      sync.Mutex
+	pending chan struct{} // closed when the INFO in flight is answered
+}
+
+// newIDCache returns the cache of a master whose server can be asked,
+// or nil: only a *redis.Client reaches one server (a Cluster or Ring client
+// reaches several). It installs nothing on the client.
+func newIDCache(c redis.Scripter) *idCache {
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	return &idCache{client: rc}
+}
+
+// opened returns how many connections the client's main pool has opened:
+// those it holds plus those it removed (go-redis counts every removal in
+// StaleConns), which covers connections dialed on demand and in advance
+// (MinIdleConns). Subscriptions and the pipeline pool have pools of their
+// own, which do not count. A clone of the client (WithTimeout) shares the
+// pool. A removal racing with the read may count one too many, which only
+// costs one more INFO.
+func (id *idCache) opened() uint64 {
+	s := id.client.PoolStats()
+	return uint64(s.TotalConns) + uint64(s.StaleConns)
+}
+
+// get returns the server's identity: the cached one unless the pool opened
+// a connection since it was asked, or refresh was called; else a fresh one.
+// Concurrent callers share one INFO. It blocks for at most two INFO round
+// trips (one in flight, then its own), or until ctx ends.
+func (id *idCache) get(ctx context.Context) (*serverID, error) {
+	for {
+		if s := id.current.Load(); s != nil && s.asked == id.asked.Load() && s.opened == id.opened() {
+			return s, nil
+		}
+		id.mu.Lock()
+		if ch := id.pending; ch != nil {
+			id.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		id.pending = ch
+		id.mu.Unlock()
+
+		s, err := id.ask(ctx)
+		id.mu.Lock()
+		if err == nil {
+			id.current.Store(s)
+		}
+		id.pending = nil
+		close(ch)
+		id.mu.Unlock()
+		return s, err
+	}
+}
+
+// refresh makes the next get ask the server again.
+func (id *idCache) refresh() { id.asked.Add(1) }
+
+// ask sends INFO (its default sections include server and replication,
+// in every Redis version) through the main pool, where the scripts run.
+// The pool's count is taken first: a connection opened meanwhile makes the
+// next get ask again.
+func (id *idCache) ask(ctx context.Context) (*serverID, error) {
+	s := &serverID{asked: id.asked.Load(), opened: id.opened()}
+	info, err := id.client.Info(ctx).Result()
+	if err != nil {
+		if refused(err) {
+			s.unknown = err
+			return s, nil
+		}
+		return nil, err
+	}
+	s.runID = infoField(info, "run_id")
+	s.role = infoField(info, "role")
+	return s, nil
+}
+
+// refused reports whether the server answered INFO with an error that
+// will not go away by asking again: no permission (an ACL), or no such
+// command (a proxy).
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR unknown command")
+}
+
+// infoField returns the value of field in INFO text, or "".
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// admit identifies master i after it answered (only then: a connection
+// opened for the call itself must be seen) and returns its run_id ("" if
+// unknown), and why its answer must not count: it is a replica, it is the
+// same server as a master before it, or it could not be identified.
+func (c *Client) admit(ctx context.Context, i int) (string, error) {
+	id := c.nodes[i].id
+	if id == nil {
+		return "", nil
+	}
+	s, err := id.get(ctx)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("identifying the server: %w", err)
+	case s.role != "" && s.role != "master":
+		return s.runID, replicaError(s.role)
+	case s.runID == "":
+		return "", nil
+	}
+	for j := range i {
+		if o := c.nodes[j].id; o != nil {
+			if prev := o.current.Load(); prev != nil && prev.runID == s.runID {
+				return s.runID, c.sameServer(j, i, s.runID)
+			}
+		}
+	}
+	return s.runID, nil
+}
+
+func replicaError(role string) error { return fmt.Errorf("%w (role %s)", ErrReplica, role) }
+
+// sameServer returns the error of master refused, the same server as
+// master counted, which counts.
+func (c *Client) sameServer(counted, refused int, runID string) *SameServerError {
+	first, second := min(counted, refused), max(counted, refused)
+	return &SameServerError{First: first, Second: second, FirstName: c.nodes[first].name,
+		SecondName: c.nodes[second].name, RunID: runID, firstRefused: refused == first}
+}
+
+// masterProblem is a problem Verify found with one master.
+type masterProblem struct {
+	i    int
+	name string
+	msg  string // what is wrong; "" for err's text
+	err  error  // wrapped; may be nil
+}
+
+func (e *masterProblem) Error() string {
+	msg := e.msg
+	if msg == "" { // every sentinel says "redlock:" already
+		msg = strings.TrimPrefix(e.err.Error(), "redlock: ")
+	}
+	return fmt.Sprintf("redlock: master %d (%s): %s", e.i, e.name, msg)
+}
+
+func (e *masterProblem) Unwrap() error { return e.err }
+
+// Verify asks every master who it is (INFO: run_id and role), whatever was
+// cached, and reports each master that does not count toward a quorum, or
+// may not:
+//   - a replica (wrapping ErrReplica);
+//   - the same server as a master before it (a *SameServerError, matching
+//     ErrSameServer);
+//   - one that cannot be identified, which lock rounds count unchecked: its
+//     client is not a *redis.Client (a Cluster or Ring client reaches
+//     several servers), it refused INFO (an ACL or a proxy), or its INFO
+//     lacks run_id or role;
+//   - one whose INFO failed or did not answer in time.
+//
+// Later rounds use what it learned. It does not check that the masters are
+// reachable for scripts, nor anything about their data or clocks.
+//
+// Verify asks all masters in parallel and blocks until every one answered,
+// for at most 4*MasterTimeout whatever ctx allows (a master that has not
+// answered by then is reported, and its INFO goes on in the background,
+// bounded the same way if its go-redis client has ContextTimeoutEnabled;
+// Close waits for it), or until ctx ends. It returns nil, an error wrapping
+// ErrInvalidArgument for a zero or nil Client, ErrClosed after Close, or one
+// error per master with a problem, joined; each reads
+// "redlock: master <i> (<name>): <problem>". It is safe for concurrent use.
+func (c *Client) Verify(ctx context.Context) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	type answer struct {
+		i   int
+		s   *serverID
+		err error
+	}
+	asked := 0
+	for i := range c.nodes {
+		if c.nodes[i].id != nil {
+			asked++
+		}
+	}
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return ErrClosed
+	}
+	c.inflight.Add(asked)
+	c.mu.RUnlock()
+
+	bound := lateCallFactor * c.masterTimeout
+	infoCtx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	answers := make(chan answer, asked)
+	for i := range c.nodes {
+		if id := c.nodes[i].id; id != nil {
+			go func() {
+				defer c.inflight.Done()
+				id.refresh()
+				s, err := id.get(infoCtx)
+				answers <- answer{i, s, err}
+			}()
+		}
+	}
+	ids := make([]*serverID, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	record := func(a answer) { ids[a.i], errs[a.i] = a.s, a.err }
+wait:
+	for range asked {
+		select {
+		case a := <-answers:
+			record(a)
+		case <-infoCtx.Done():
+			for { // count what already arrived; the rest are late
+				select {
+				case a := <-answers:
+					record(a)
+				default:
+					break wait
+				}
+			}
+		}
+	}
+
+	var problems []error
+	problem := func(i int, msg string, err error) {
+		problems = append(problems, &masterProblem{i: i, name: c.nodes[i].name, msg: msg, err: err})
+	}
+	first := map[string]int{} // run_id -> the first master with it
+	for i, s := range ids {
+		switch {
+		case c.nodes[i].id == nil:
+			problem(i, fmt.Sprintf("cannot be identified: a %T, not a *redis.Client", c.nodes[i].client), nil)
+		case s == nil && (errs[i] == nil || infoCtx.Err() != nil && timeout(errs[i])): // late
+			if err := ctx.Err(); err != nil {
+				problem(i, "", err)
+			} else {
+				problem(i, fmt.Sprintf("no reply within %v (4*MasterTimeout)", bound), ErrMasterTimeout)
+			}
+		case s == nil:
+			problem(i, "", errs[i])
+		case s.unknown != nil:
+			problem(i, "cannot be identified: "+s.unknown.Error(), s.unknown)
+		case s.runID == "" || s.role == "":
+			problem(i, "cannot be identified: INFO has no "+missing(s), nil)
+		case s.role != "master":
+			problem(i, "", replicaError(s.role))
+		default:
+			if j, dup := first[s.runID]; dup {
+				problem(i, "", c.sameServer(j, i, s.runID))
+			} else {
+				first[s.runID] = i
+			}
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// timeout reports whether err says that a context or a deadline ended.
+func timeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.As(err, &ne) && ne.Timeout()
+}
+
+// missing names the fields s lacks.
+func missing(s *serverID) string {
+	switch {
+	case s.runID == "" && s.role == "":
+		return "run_id nor role"
+	case s.runID == "":
+		return "run_id"
+	}
+	return "role"
+}
+
+// sameAddr returns a key under which two *redis.Client masters that
+// certainly reach the same server (and database) are equal, without I/O:
+// the address with loopback host names ("localhost", "127.0.0.1", "::1",
+// "") made one, IP addresses in canonical form, and the port as a number.
+// It returns "" when there is no fixed TCP address.
+func sameAddr(o *redis.Options) string {
+	if o.Network == "unix" || o.Addr == "FailoverClient" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return ""
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err == nil {
+		port = strconv.FormatUint(p, 10)
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		if ip.IsLoopback() && (ip == netip.AddrFrom4([4]byte{127, 0, 0, 1}) || ip == netip.IPv6Loopback()) {
+			host = "localhost"
+		} else {
+			host = ip.String()
+		}
+	} else if host == "" {
+		host = "localhost"
+	}
+	return fmt.Sprintf("%s:%s/%d", host, port, o.DB)
+}

@@ -1,0 +1,108 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+)
+
+// TestErrorTextNamesEachMastersPart: a QuorumError says, once and in
+// plain words, what each master answered: held by another owner, or the
+// master's own error (a refused connection is not a timeout).
+func TestErrorTextNamesEachMastersPart(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	ctx := context.Background()
+	// Another client holds "job" on master 0 only; master 2 is down.
+	other, err := redlock.New([]*redis.Client{cl.Clients()[0]}, &redlock.Options{MasterTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	held, err := other.Acquire(ctx, "job", 30*time.Second)
+	require.NoError(t, err)
+	defer held.Release(ctx)
+	require.NoError(t, cl.Masters[2].Kill(ctx))
+
+	// Master 0 refuses and master 2 cannot be reached: those two decide the
+	// round, with or without master 1's yes.
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: 2 * time.Second})
+	_, err = c.Acquire(ctx, "job", 30*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrHeldElsewhere)
+	assert.NotErrorIs(t, qe.Masters[2].Err, redlock.ErrMasterTimeout)
+	assert.ErrorContains(t, qe.Masters[2].Err, "connection refused")
+
+	text := err.Error()
+	t.Log(text)
+	assert.True(t, strings.HasPrefix(text, `redlock: lock not obtained: acquire "job": `), text)
+	assert.Contains(t, text, " of 3 masters agreed, 2 needed (")
+	assert.Contains(t, text, cl.Masters[0].Addr()+": held by another owner; ")
+	assert.Contains(t, text, cl.Masters[2].Addr()+": dial tcp ")
+	assert.Equal(t, 1, strings.Count(text, "redlock:"), "the package prefix is said once")
+}
+
+// TestRenewalFailureSaysSoOnce: when auto-renewal loses the lock, Err says
+// which call failed and why, without repeating itself.
+func TestRenewalFailureSaysSoOnce(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	ctx := context.Background()
+	// TTL 4s, MasterTimeout 1s: renewal's failed attempts end ~1.7s before
+	// the validity does, so it is renewal, not the expiry timer, that
+	// declares the loss even on a busy machine.
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: time.Second})
+	l, err := c.Acquire(ctx, "job", 4*time.Second)
+	require.NoError(t, err)
+	l.AutoRenew()
+	require.NoError(t, cl.FlushAll(ctx), "the lock vanishes from every master")
+	select {
+	case <-l.Done():
+	case <-time.After(15 * time.Second): // the TTL is 4s: renewal fails within it
+		t.Fatal("Done not closed after the lock vanished")
+	}
+	err = l.Err()
+	require.ErrorIs(t, err, redlock.ErrNotHeld)
+	var qe *redlock.QuorumError
+	require.True(t, errors.As(err, &qe), "the renewal's QuorumError is kept: %v", err)
+	assert.Equal(t, "renew", qe.Op)
+	text := err.Error()
+	t.Log(text)
+	// A renewal may reach a master before FLUSHALL does: the count varies.
+	assert.True(t, strings.HasPrefix(text, `redlock: lock not held: renew "job": `), text)
+	assert.Contains(t, text, " of 3 masters agreed, 2 needed (")
+	assert.Equal(t, 1, strings.Count(text, "redlock:"), "the package prefix is said once")
+	// Refusals decide the round; a master may not be heard.
+	assert.GreaterOrEqual(t, strings.Count(text, ": lock not held"), 1, "the masters that answered: not held")
+}
+
+// TestAutoRenewKeepsAnExtendedTTL: renewal extends by the lock's current
+// TTL, so an Extend to a longer TTL is not shrunk back by the next renewal.
+func TestAutoRenewKeepsAnExtendedTTL(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	ctx := context.Background()
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	l, err := c.Acquire(ctx, "job", 900*time.Millisecond)
+	require.NoError(t, err)
+	l.AutoRenew()
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	// The first renewal was due a third of the old 900ms in: after 1.5s it
+	// has run (bound: 1.2s of slack on a busy machine), and must have
+	// extended by the minute, not by 900ms.
+	time.Sleep(1500 * time.Millisecond)
+	assert.Greater(t, time.Until(l.Until()), 30*time.Second, "renewal shrank the TTL back")
+	for i := range cl.Masters {
+		pttl, err := cl.Admin(i).PTTL(ctx, "{job}").Result()
+		require.NoError(t, err)
+		assert.Greater(t, pttl, 30*time.Second, "master %d", i)
+	}
+	require.NoError(t, l.Release(ctx))
+}

@@ -1,0 +1,265 @@
+package integration_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/link"
+	"github.com/go-redlock/redlock/mutex"
+	"github.com/go-redlock/redlock/rwmutex"
+)
+
+// wakeBound bounds the wait for a wake-up: a release reaches the waiter in
+// milliseconds; the bound only keeps a failing test from hanging.
+const wakeBound = 5 * time.Second
+
+// waitSubscribers waits until every master counts n subscribers to the
+// channel of the lock named key.
+func waitSubscribers(t *testing.T, cl *integration.Cluster, key string, n int64) {
+	t.Helper()
+	channel := "{" + key + "}"
+	var got []int64
+	require.Eventually(t, func() bool {
+		got = got[:0]
+		for i := range cl.Masters {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			m, err := cl.Admin(i).PubSubNumSub(ctx, channel).Result()
+			cancel()
+			if err != nil {
+				return false
+			}
+			got = append(got, m[channel])
+		}
+		for _, v := range got {
+			if v != n {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "every master counts %d subscribers to %s", n, channel)
+}
+
+// wokeWithin reports whether k is woken within d.
+func wokeWithin(k link.Waker, d time.Duration) bool {
+	select {
+	case <-k.Wake():
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// TestWakeOnEachReleaseBySameOwner: each release of an owner is a release of
+// its own and wakes a waiter, however soon it follows the owner's previous
+// one; only the copies that every master publishes of one release are
+// dropped. MasterTimeout is 2s, so that the releases surely come within one
+// MasterTimeout of each other (they take milliseconds).
+func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: 2 * time.Second})
+	ctx := context.Background()
+	reentrant, err := mutex.NewReentrant(c, "job", fast)
+	require.NoError(t, err)
+	rw, err := rwmutex.New(c, "doc", fastRW)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name, key string
+		all       bool // readers' waiters are woken by every release
+		lock      func(owner string) error
+		unlock    func(owner string) error
+	}{
+		{"reentrant owner", "job", false,
+			func(o string) error { return reentrant.Lock(ctx, o) },
+			func(o string) error { return reentrant.Unlock(ctx, o) }},
+		{"reader", "doc", true,
+			func(o string) error { return rw.RLock(ctx, o) },
+			func(o string) error { return rw.RUnlock(ctx, o) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := link.NewWaker(c, tc.key, tc.all)
+			defer k.Close()
+			waitSubscribers(t, cl, tc.key, 1)
+			owner := redlock.NewOwner()
+			for i := range 3 {
+				require.NoError(t, tc.lock(owner))
+				require.NoError(t, tc.unlock(owner))
+				require.True(t, wokeWithin(k, wakeBound), "release %d of the same owner woke nobody", i+1)
+				// The other masters' copies of this release come within
+				// milliseconds; none may wake the waiter again.
+				assert.False(t, wokeWithin(k, 300*time.Millisecond), "a copy of release %d woke the waiter again", i+1)
+			}
+		})
+	}
+}
+
+// TestWakerCloseTwice: closing a Waker again, even from several goroutines
+// at once, changes nothing: the subscription ends after its last Waker is
+// closed (plus the 2s linger), and not while another Waker still uses it.
+func TestWakerCloseTwice(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	release := func() {
+		t.Helper()
+		l, err := c.Acquire(ctx, "job", 5*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	closeMany := func(k link.Waker) {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(k.Close)
+		}
+		wg.Wait()
+		k.Close()
+	}
+
+	// One Waker closed five times: the subscription ends after the linger.
+	k := link.NewWaker(c, "job", false)
+	waitSubscribers(t, cl, "job", 1)
+	closeMany(k)
+	waitSubscribers(t, cl, "job", 0)
+
+	// A new Waker subscribes again and is woken.
+	k = link.NewWaker(c, "job", false)
+	waitSubscribers(t, cl, "job", 1)
+	release()
+	require.True(t, wokeWithin(k, wakeBound), "a new Waker is woken")
+
+	// Closing one of two Wakers twice leaves the other one subscribed. The
+	// 3s wait outlasts the 2s linger after which an unused subscription
+	// ends; a late timer could only hide the defect, not fail the test.
+	other := link.NewWaker(c, "job", false)
+	closeMany(k)
+	time.Sleep(3 * time.Second)
+	waitSubscribers(t, cl, "job", 1)
+	release()
+	require.True(t, wokeWithin(other, wakeBound), "the remaining Waker is still woken")
+	closeMany(other)
+	waitSubscribers(t, cl, "job", 0)
+}
+
+// pttls returns the key's remaining TTL on every master (-2 where absent).
+func pttls(t *testing.T, cl *integration.Cluster, key string) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, len(cl.Masters))
+	for i := range cl.Masters {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d, err := cl.Admin(i).PTTL(ctx, key).Result()
+		cancel()
+		require.NoError(t, err)
+		out[i] = d
+	}
+	return out
+}
+
+// TestCloseEndsLiveLocks: Client.Close stops auto-renewal and closes the
+// Done of every live lock with ErrClosed; no lock reports itself held after
+// it, and nothing the renewal started keeps running.
+func TestCloseEndsLiveLocks(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	const ttl = 2 * time.Second // renewed about every 0.7s
+	// The others must still be valid at Close, however slow the machine.
+	const long = time.Minute
+
+	renewed, err := c.Acquire(ctx, "renewed", ttl)
+	require.NoError(t, err)
+	plain, err := c.Acquire(ctx, "plain", long) // no Done, no renewal
+	require.NoError(t, err)
+	watched, err := c.Acquire(ctx, "watched", long)
+	require.NoError(t, err)
+	watchedDone := watched.Done()
+	before := goleak.IgnoreCurrent()
+	renewed.AutoRenew()
+	first := renewed.Until()
+	require.Eventually(t, func() bool { return renewed.Until().After(first) }, 10*time.Second, 10*time.Millisecond,
+		"auto-renewal extends the lock")
+
+	require.NoError(t, c.Close())
+	for _, l := range []*redlock.Lock{renewed, plain, watched} {
+		select {
+		case <-l.Done():
+		default:
+			t.Errorf("%v: Done still open after Close", l)
+		}
+		assert.ErrorIs(t, l.Err(), redlock.ErrClosed, "%v", l)
+		assert.ErrorIs(t, context.Cause(l.Context()), redlock.ErrClosed, "%v", l)
+		assert.False(t, l.Held(), "%v: Held after Close", l)
+		assert.ErrorIs(t, l.Extend(ctx, ttl), redlock.ErrClosed, "%v", l)
+		assert.ErrorIs(t, l.Reenter(ctx), redlock.ErrClosed, "%v", l)
+	}
+	select {
+	case <-watchedDone:
+	default:
+		t.Error("the Done taken before Close is still open")
+	}
+	renewed.AutoRenew() // starts nothing on a closed client
+	goleak.VerifyNone(t, before)
+
+	// No renewal reaches the masters after Close: the TTL only goes down
+	// until the key expires (within its TTL; 5s more for a busy machine).
+	last := pttls(t, cl, "{renewed}")
+	for deadline := time.Now().Add(ttl + 5*time.Second); ; {
+		now := pttls(t, cl, "{renewed}")
+		gone := true
+		for i := range now {
+			require.LessOrEqual(t, now[i], last[i], "master %d: the renewed lock's TTL went up after Close", i)
+			gone = gone && now[i] == -2 // PTTL of a missing key
+		}
+		if gone {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the renewed lock did not expire after Close: TTLs %v", now)
+		last = now
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLostLockNotHeld: once Done is closed because renewal failed, Held
+// reports false at once, not until the validity runs out.
+func TestLostLockNotHeld(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	// MasterTimeout 1s, TTL 4s: renewal finds the key gone and gives up as
+	// soon as a retry (1s later, taking up to 1s) could not end within the
+	// validity: with about 1.7s of it left. Held must then be false although
+	// Until is still ahead.
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: time.Second})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "job", 4*time.Second)
+	require.NoError(t, err)
+	l.AutoRenew()
+	waitHeldEverywhere(t, cl, l)
+	for i := range cl.Masters {
+		require.NoError(t, cl.Admin(i).Del(ctx, "{job}").Err())
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost lock's Done is still open")
+	}
+	ahead := time.Until(l.Until())
+	assert.False(t, l.Held(), "Held once Done is closed (Until %v ahead)", ahead)
+	// Renewal gave up with ~1.7s of validity left: unless this goroutine
+	// was descheduled for that long, Until is still ahead, so Held's false
+	// comes from the loss, not from the clock.
+	if ahead <= 0 {
+		t.Logf("Until already passed when Done was seen (%v): Held's answer proves little this run", -ahead)
+	}
+	require.ErrorIs(t, l.Err(), redlock.ErrNotHeld)
+	assert.ErrorIs(t, l.Extend(ctx, 4*time.Second), redlock.ErrNotHeld)
+	assert.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
+	assert.ErrorIs(t, l.Err(), redlock.ErrNotHeld, "Err keeps the reason the lock was lost")
+}

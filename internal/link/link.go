@@ -1,0 +1,36 @@
+// Package link hands packages mutex and rwmutex what package redlock keeps
+// out of its public API: wake-on-release, the waiting writer's acquire and
+// the TTL check. Package redlock sets every variable when it initializes;
+// the values typed any are *redlock.Client and *redlock.Lock.
+package link
+
+import (
+	"context"
+	"time"
+)
+
+// Waker is woken when a lock it watches is released on a master. It is
+// safe for concurrent use.
+type Waker interface {
+	// Wake receives a value when the waiter should retry.
+	Wake() <-chan struct{}
+	// Close stops the Waker; it is idempotent.
+	Close()
+}
+
+var (
+	// NewWaker watches releases of the lock named key on client. With
+	// all, every release wakes it (readers may share the lock); else each
+	// release wakes one of the client's other such waiters, in turn.
+	NewWaker func(client any, key string, all bool) Waker
+
+	// AcquireWaitingWrite is Client.AcquireWrite by a writer that will
+	// retry: while readers hold the lock, it keeps new readers out for
+	// writeWait after each attempt. It returns a *redlock.Lock.
+	AcquireWaitingWrite func(ctx context.Context, client any, key, owner string, ttl, writeWait time.Duration) (any, error)
+
+	// CheckTTL returns an error wrapping redlock.ErrInvalidArgument, that
+	// calls the TTL name, if no lock of this TTL can be obtained with
+	// client's options.
+	CheckTTL func(client any, name string, ttl time.Duration) error
+)

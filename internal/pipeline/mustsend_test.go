@@ -1,0 +1,145 @@
+package pipeline
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A mustSend call sent alone on an idle master is applied even when its
+// caller's context ends while the call is in flight, and the caller still
+// returns when its context ends, with ctx.Err() alone (the call may yet be
+// applied). The master is paused, so the call waits in go-redis's
+// connection set-up (the HELLO handshake) until Resume. Sent under the
+// caller's context, it would fail there at the caller's deadline, before it
+// is written, and never be applied; and go-redis does not watch
+// cancellation there, so a caller whose context has no deadline would not
+// return on cancel.
+func TestPipelineMustSendAloneOutlivesCallerContext(t *testing.T) {
+	for _, end := range []string{"cancel", "deadline"} {
+		t.Run(end, func(t *testing.T) {
+			m, admin, p := startMaster(t)
+			require.NoError(t, m.Pause(t.Context()))
+
+			// The deadline leaves time to see the call start: enough on a
+			// busy machine; starting is what is polled.
+			deadline := time.Now().Add(time.Second)
+			var ctx context.Context
+			var cancel context.CancelFunc
+			if end == "cancel" {
+				ctx, cancel = context.WithCancel(context.Background())
+			} else {
+				ctx, cancel = context.WithDeadline(context.Background(), deadline)
+			}
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := p.Run(ctx, incrScript, []string{"must"}, nil, true)
+				errc <- err
+			}()
+			poll(t, 5*time.Second, "sending the call alone", func() bool { return statsOf(p).alone == 1 })
+			if end == "cancel" {
+				cancel()
+			}
+
+			// The caller must return when its context ends while the master
+			// stays paused; testLimit only keeps a broken Run from hanging
+			// the test.
+			var err error
+			select {
+			case err = <-errc:
+			case <-time.After(testLimit):
+				t.Fatal("Run did not return when its context ended")
+			}
+			if end == "cancel" {
+				assert.ErrorIs(t, err, context.Canceled)
+			} else {
+				// It returns at its deadline: not before, and within 1s
+				// after it (the margin covers scheduling on a busy machine).
+				late := time.Since(deadline)
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.GreaterOrEqual(t, late, time.Duration(0))
+				assert.Less(t, late, time.Second)
+			}
+			assert.NotErrorIs(t, err, ErrNotSent, "the call is in flight, not unsent")
+
+			// Close waits for the call. Not a timing bound: 100ms would show
+			// a Close that does not wait.
+			closed := make(chan struct{})
+			go func() { p.Close(); close(closed) }()
+			select {
+			case <-closed:
+				t.Fatal("Close returned while a mustSend call was in flight")
+			case <-time.After(100 * time.Millisecond):
+			}
+			require.NoError(t, m.Resume(t.Context()))
+			select {
+			case <-closed:
+			case <-time.After(testLimit):
+				t.Fatal("Close did not return after Resume")
+			}
+			assert.Equal(t, int64(1), getInt(t, admin, "must"), "mustSend call applied")
+			poll(t, time.Second, "sender gone after Close", func() bool { return workers() == 0 })
+		})
+	}
+}
+
+// A mustSend call in a batch is applied even when its own deadline is
+// earlier than the batch's end: the batch runs under limit. Here the
+// occupying call fails at its deadline on the paused master, so the
+// drainer sends the queued mustSend call while the master is still paused,
+// on a connection that cannot be set up until Resume.
+//
+// The test passes whatever the timing. Detecting a batch run under the
+// call's deadline needs the batch to have failed before Resume: the batch
+// would end at the call's deadline, which the caller's return marks, and
+// the test resumes 500ms after that (the margin covers a busy machine).
+func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
+	m, admin, p := startMaster(t)
+	require.NoError(t, m.Pause(t.Context()))
+
+	occupied := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := p.Run(ctx, otherScript, nil, []any{0}, false)
+		occupied <- err
+	}()
+	poll(t, 5*time.Second, "sending the occupying call", func() bool { return statsOf(p).alone == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	must := make(chan error, 1)
+	go func() {
+		_, err := p.Run(ctx, incrScript, []string{"must"}, nil, true)
+		must <- err
+	}()
+	poll(t, 5*time.Second, "the mustSend call queued", func() bool { return queueLen(p) == 1 })
+
+	// The occupying call fails at its deadline (a go-redis i/o timeout),
+	// the mustSend caller returns at its own; testLimit keeps a broken Run
+	// from hanging the test.
+	select {
+	case err := <-occupied:
+		assert.Error(t, err)
+	case <-time.After(testLimit):
+		t.Fatal("the occupying call did not end at its deadline")
+	}
+	select {
+	case err := <-must:
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, ErrNotSent, "the call is queued or in flight, not unsent")
+	case <-time.After(testLimit):
+		t.Fatal("Run did not return at its deadline")
+	}
+	poll(t, 5*time.Second, "the mustSend call sent in a batch", func() bool { return queueLen(p) == 0 })
+	time.Sleep(500 * time.Millisecond)
+
+	require.NoError(t, m.Resume(t.Context()))
+	poll(t, 5*time.Second, "mustSend call applied", func() bool { return getInt(t, admin, "must") == 1 })
+	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
+	assert.Equal(t, 1, statsOf(p).batched)
+}

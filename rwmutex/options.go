@@ -1,0 +1,42 @@
+package rwmutex
+
+import (
+	"time"
+)
+
+// Options configure an RWMutex. The zero value of each field selects its
+// default; New names the first invalid one.
+type Options struct {
+	// TTL is how long each hold lives on the masters without renewal, in
+	// whole milliseconds; each reader's expires on its own. It must be
+	// longer than the client's MasterTimeout and its own drift allowance.
+	// Default: 10s.
+	TTL time.Duration
+
+	// MinRetryDelay and MaxRetryDelay bound the fallback timer between two
+	// attempts of RLock and Lock, for releases they did not hear of and
+	// holds that expire. The delay doubles from MinRetryDelay up to
+	// MaxRetryDelay, each drawn at random from its upper half. Both must
+	// be at least 1ms, and MaxRetryDelay less than half of WriteWait.
+	// Defaults: 5ms and 200ms.
+	MinRetryDelay time.Duration
+	MaxRetryDelay time.Duration
+
+	// AutoRenew keeps each hold until it is unlocked, by extending it every
+	// third of its TTL (see redlock.Lock.AutoRenew). Default: off.
+	AutoRenew bool
+
+	// WriteWait is how long a writer that waits for readers keeps new
+	// readers out after each of its attempts, so that a stream of readers
+	// cannot starve it; Lock retries well within it. It is kept in whole
+	// milliseconds and must be at least 1ms. Default: 1s.
+	WriteWait time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultTTL           = 10 * time.Second
+	DefaultMinRetryDelay = 5 * time.Millisecond
+	DefaultMaxRetryDelay = 200 * time.Millisecond
+	DefaultWriteWait     = time.Second
+)
