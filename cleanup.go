@@ -24,6 +24,7 @@ const (
 	maxPendingCleanups = 10_000      // queued; more are dropped (their keys expire with their TTL)
 	maxCleanupTries    = 32          // retries of one cleanup
 	maxCleanupDelay    = time.Second // longest wait after a failed retry, unless MasterTimeout is longer
+	cleanupBatch       = 16          // retries run at once on a master that answers
 )
 
 // cleaner holds the cleanups that got no answer from one master. While any
@@ -103,19 +104,21 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 }
 
 // runCleaner retries the queued cleanups of master i until none is left.
-// It tries the oldest one; after a success it goes on at once with the
-// next, after a failure it moves that one to the back and waits, from
-// MasterTimeout on, doubling up to maxCleanupDelay, with jitter. A cleanup
-// is dropped once its key would have expired or after maxCleanupTries.
-// Once Close has started it stops waiting once; when Close gives up, it
-// drops the queue and returns.
+// It tries the oldest one alone; once that succeeds it goes on at once with
+// up to cleanupBatch at a time, in parallel (a master that was stalled may
+// have thousands waiting). After a failure it moves the failed ones to the
+// back and waits, from MasterTimeout on, doubling up to maxCleanupDelay,
+// with jitter, then tries one again. A cleanup is dropped once its key
+// would have expired or after maxCleanupTries. Once Close has started it
+// stops waiting once; when Close gives up, it drops the queue and returns.
 func (c *Client) runCleaner(i int) {
 	defer c.inflight.Done()
 	cl := &c.cleaners[i]
 	delay, maxDelay := c.masterTimeout, max(c.masterTimeout, maxCleanupDelay)
 	closing := c.shutdown
-	for failed := true; ; { // the cleanup that started it has just failed
-		if failed {
+	failed := make([]bool, cleanupBatch)
+	for n := 1; ; { // the cleanup that started it has just failed
+		if n == 1 {
 			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 			select {
 			case <-t.C:
@@ -129,37 +132,50 @@ func (c *Client) runCleaner(i int) {
 			}
 			delay = min(2*delay, maxDelay)
 		}
-		p, ok := cl.pop()
-		if !ok {
+		batch := cl.pop(n)
+		if len(batch) == 0 {
 			return
 		}
-		failed = c.tryCleanup(p.ctx, i, p.cleanup, false) != nil
-		if !failed {
-			delay = c.masterTimeout
-			continue
+		var wg sync.WaitGroup
+		for j := range batch {
+			wg.Go(func() { failed[j] = c.tryCleanup(batch[j].ctx, i, batch[j].cleanup, false) != nil })
 		}
-		if p.tries++; p.tries < maxCleanupTries {
-			cl.push(p)
+		wg.Wait()
+		n = cleanupBatch
+		for j, p := range batch {
+			if !failed[j] {
+				continue
+			}
+			n = 1
+			if p.tries++; p.tries < maxCleanupTries {
+				cl.push(p)
+			}
+		}
+		if n > 1 {
+			delay = c.masterTimeout
 		}
 	}
 }
 
-// pop returns the oldest cleanup whose key may still exist, dropping the
-// others. If none is left, it marks the cleaner as stopped.
-func (cl *cleaner) pop() (pendingCleanup, bool) {
+// pop returns up to n of the oldest cleanups whose keys may still exist,
+// dropping the others. If none is left, it marks the cleaner as stopped.
+func (cl *cleaner) pop(n int) []pendingCleanup {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	now := time.Now()
-	for len(cl.queue) > 0 {
+	var batch []pendingCleanup
+	for len(cl.queue) > 0 && len(batch) < n {
 		p := cl.queue[0]
 		cl.queue[0] = pendingCleanup{} // no reference kept from the array
 		cl.queue = cl.queue[1:]
 		if now.Before(p.until) {
-			return p, true
+			batch = append(batch, p)
 		}
 	}
-	cl.queue, cl.running = nil, false
-	return pendingCleanup{}, false
+	if len(batch) == 0 {
+		cl.queue, cl.running = nil, false
+	}
+	return batch
 }
 
 func (cl *cleaner) push(p pendingCleanup) {

@@ -39,6 +39,7 @@ type Lock struct {
 	lateMu      sync.Mutex
 	lateAgreed  uint64 // masters that agreed to the first acquire after its decision
 	releaseMiss uint64 // masters where the last release found nothing
+	lateUnknown uint64 // masters of lateAgreed whose outcome is unknown (see unanswered)
 
 	sigMu   sync.Mutex // guards the lost-lock signal
 	sig     *lostSignal
@@ -143,10 +144,21 @@ func (l *Lock) args(ttl time.Duration, holds int64) []any {
 	return []any{l.value, ttl.Milliseconds(), holds, fence, l.writeWait.Milliseconds(), l.nonce}
 }
 
+// markArgs returns args with the flag that makes a release leave a marker
+// where it finds nothing of this Lock, so that the acquire it undoes is
+// refused if it lands later (see scripts.lua).
+func markArgs(args []any) []any {
+	return append(args[:len(args):len(args)], "1")
+}
+
 // take runs the acquire round for the given number of holds: 1 for a new
 // lock, one more than now to re-enter. l.mu must be held.
 func (l *Lock) take(ctx context.Context, holds int) error {
 	c, m := l.client, l.mode
+	undo, mark := l.args(l.ttl, int64(holds-1)), []any(nil)
+	if mark = undo; holds == 1 { // a re-entry undone keeps the lock
+		mark = markArgs(undo)
+	}
 	res, err := c.do(ctx, &op{
 		name:     "acquire",
 		key:      l.key,
@@ -154,7 +166,8 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		undo:     m.release,
 		keys:     l.keys,
 		args:     l.args(l.ttl, int64(holds)),
-		undoArgs: l.args(l.ttl, int64(holds-1)),
+		undoArgs: undo,
+		markArgs: mark,
 		late:     l.lateAgreement(holds),
 		ttl:      l.ttl,
 		sentinel: ErrNotObtained,
@@ -213,40 +226,54 @@ func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) err
 // acquire, the master's late agreement and the release's answer there meet
 // in releasedOn, whichever comes second, so that the delete is sent only
 // where the release missed; for a re-entry, whenever the lock is released.
-func (l *Lock) lateAgreement(holds int) func(context.Context, int) {
+func (l *Lock) lateAgreement(holds int) func(context.Context, int, bool) {
 	if holds > 1 {
-		return func(ctx context.Context, i int) {
+		return func(ctx context.Context, i int, unknown bool) {
 			if l.released.Load() {
-				l.dropOn(ctx, i)
+				l.dropOn(ctx, i, unknown)
 			}
 		}
 	}
-	return func(ctx context.Context, i int) { l.meet(ctx, i, &l.lateAgreed, &l.releaseMiss) }
+	return func(ctx context.Context, i int, unknown bool) {
+		l.meet(ctx, i, &l.lateAgreed, &l.releaseMiss, unknown)
+	}
 }
 
 // releasedOn learns whether the last release deleted the lock on master i.
 func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
 	if !deleted {
-		l.meet(ctx, i, &l.releaseMiss, &l.lateAgreed)
+		l.meet(ctx, i, &l.releaseMiss, &l.lateAgreed, false)
 	}
 }
 
-// meet records one of the two events on master i, a late agreement or a
-// release that missed, and drops the lock there if the other came first.
-func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64) {
+// meet records one of the two events on master i, a late agreement (whose
+// outcome may be unknown) or a release that missed, and drops the lock
+// there if the other came first.
+func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown bool) {
+	bit := uint64(1) << i
 	l.lateMu.Lock()
-	met := *other&(1<<i) != 0
-	*mine |= 1 << i
+	met := *other&bit != 0
+	*mine |= bit
+	if unknown {
+		l.lateUnknown |= bit
+	}
+	unknown = l.lateUnknown&bit != 0
 	l.lateMu.Unlock()
 	if met {
-		l.dropOn(ctx, i)
+		l.dropOn(ctx, i, unknown)
 	}
 }
 
 // dropOn deletes the lock on master i, where this Lock holds it, retrying
-// until the master answers (see Client.cleanUp). It blocks meanwhile.
-func (l *Lock) dropOn(ctx context.Context, i int) {
-	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, l.args(l.ttl, 0)}, l.ttl)
+// until the master answers (see Client.cleanUp); where the acquire's
+// outcome there is unknown, it leaves a marker if it finds nothing. It
+// blocks meanwhile.
+func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
+	args := l.args(l.ttl, 0)
+	if unknown {
+		args = markArgs(args)
+	}
+	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, l.ttl)
 }
 
 // releaseRound sets the owner's holds to holds on every master (0 deletes

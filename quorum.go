@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -18,11 +19,15 @@ type op struct {
 	keys     []string
 	args     []any
 	undoArgs []any // arguments of undo
+	// markArgs are undo's arguments where the call's outcome is unknown
+	// (see unanswered): then the undo may overtake it, and leaves a marker
+	// if it finds nothing (see scripts.lua).
+	markArgs []any
 	// late, if set, runs after a successful round on each master i that
 	// agreed after the decision, or failed then (a timed-out write may
 	// still land): such an agreement may land after the lock's release
-	// (see Lock.lateAgreement).
-	late func(ctx context.Context, i int)
+	// (see Lock.lateAgreement). unknown tells the latter.
+	late func(ctx context.Context, i int, unknown bool)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
 	// retried.
@@ -85,12 +90,12 @@ const minStragglerWait = 250 * time.Microsecond
 const replyUpgrade = -1
 
 // do runs o on every master in parallel and decides as soon as a quorum has
-// agreed or can no longer agree. Every call shares one deadline,
-// MasterTimeout after the round starts: since all calls start together, that
-// is each call's own timeout, and it also bounds the decision, whether or
-// not the Redis client honours contexts. Calls still running after the
-// decision go on in the background, bounded by the same deadline, so a
-// release or extend still reaches slow masters.
+// agreed or can no longer agree, at the latest MasterTimeout after the
+// round starts or when ctx ends, whether or not the Redis client honours
+// contexts. Calls still running then go on in the background, each bounded
+// by lateCallFactor times MasterTimeout and never cut off by ctx: a
+// release or extend still reaches slow masters, and a call is answered
+// before its undo is sent unless it timed out.
 //
 // If the round fails and o.undo is set, o.undo runs on every master where
 // o.script may have applied (it agreed, failed, or has not answered yet),
@@ -122,12 +127,18 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	}
 	res := outcome{start: time.Now()}
 	// Calls may finish after the decision (a release must still reach slow
-	// masters), so they get longer than the decision: a call cut off
-	// mid-reply costs the pool its connection.
-	callCtx, cancel := context.WithTimeout(ctx, lateCallFactor*c.masterTimeout)
-	decideCtx, stopDecide := context.WithTimeout(callCtx, c.masterTimeout)
+	// masters), so they get longer than the decision, and the caller's
+	// cancellation ends only the decision: a call cut off mid-reply costs
+	// the pool its connection, and an undo sent on another connection
+	// before the call was answered could overtake it (see scripts.lua).
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
+	stopAbandon := context.AfterFunc(c.abandon, cancel)
+	decideCtx, stopDecide := context.WithTimeout(ctx, c.masterTimeout)
 	defer stopDecide()
-	r.cancel = cancel
+	r.cancel = func() {
+		stopAbandon()
+		cancel()
+	}
 	if o.undo != nil {
 		r.finished = make(chan int, n)
 	}
@@ -263,7 +274,8 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	}()
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
 	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
-	mayHaveApplied := s.val > 0 || s.err != nil // a timed-out write may still land
+	unknown := unanswered(s.err) // a timed-out write may still land
+	mayHaveApplied := s.val > 0 || unknown
 	applied, answered := s.agreed(), s.err == nil
 	if answered {
 		// A replica, or a server that an earlier master already is, does
@@ -284,7 +296,7 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	<-r.decided
 	if !r.failed {
 		if mayHaveApplied && !s.read && o.late != nil {
-			o.late(ctx, i)
+			o.late(ctx, i, unknown)
 		}
 		return
 	}
@@ -293,11 +305,22 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		return
 	}
 	u := cleanup{o.undo, o.keys, o.undoArgs}
+	if unknown {
+		u.args = o.markArgs
+	}
 	err := c.tryCleanup(ctx, i, u, true)
 	r.finished <- i
 	if err != nil {
 		c.retryLater(ctx, i, u, o.keyTTL)
 	}
+}
+
+// unanswered reports whether err leaves a call's outcome unknown: it may
+// have reached the master, and may still. An error the master replied with
+// (a script error, OOM, NOSCRIPT) is an answer: nothing was written.
+func unanswered(err error) bool {
+	var reply redis.Error
+	return err != nil && !errors.As(err, &reply)
 }
 
 // quorumError describes a failed round. It reads only the slots the decider

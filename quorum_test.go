@@ -420,7 +420,7 @@ func TestOlderLockOfSameOwnerCannotDeleteNewer(t *testing.T) {
 	require.NoError(t, err)
 	// A late call of the first Lock (an undo, a second delete) arrives now.
 	for i := range fs {
-		l1.dropOn(ctx, i)
+		l1.dropOn(ctx, i, true)
 	}
 	require.NoError(t, c.Close())
 	for _, f := range fs {

@@ -85,7 +85,8 @@ type Options struct {
 	NoFencing bool
 
 	// NewValue returns the value that identifies one acquisition. It must be
-	// unique across all clients and unguessable, and must not return "".
+	// unique across all clients and unguessable, and must not return "". A
+	// value used again may be refused for up to a TTL (see scripts.lua).
 	// Default: 128 random bits from crypto/rand, as base32 text.
 	NewValue func() (string, error)
 }

@@ -12,12 +12,19 @@
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
 --   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms),
---   0 for a writer that will not wait, ARGV[6] nonce of the Lock.
+--   0 for a writer that will not wait, ARGV[6] nonce of the Lock,
+--   ARGV[7] (releases only) "1" for the undo of an acquire (see below).
 -- The nonce is random per Lock value in Go: an owner may take a lock again
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade).
+-- An acquire can land after its undo: the undo may travel on another
+-- connection, and overtake it where the acquire's call timed out (a stalled
+-- master, a proxy that relays each connection on its own). So an undo that
+-- finds nothing of its Lock leaves a marker, K:gone:nonce, for the lock's
+-- TTL (the longest the key it looked for could live), and an acquire refuses
+-- a nonce with a marker. The marker hashes to K's Redis Cluster slot.
 -- The last release of a Lock publishes its nonce on channel K so that
 -- waiters retry at once; every master publishes it, and waiters take the
 -- copies of one nonce for one release.
@@ -40,6 +47,7 @@ if cur[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return cur[3]
 end
+if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
 if KEYS[3] then
   local t = redis.call('TIME')
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
@@ -97,7 +105,10 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 --- release
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
+  if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+  return 0
+end
 if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[1], 'holds', ARGV[3])
   return 1
@@ -117,9 +128,12 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- Only the Lock that reads may re-enter (see acquire).
   if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
-elseif not writer then
-  local waiting = redis.call('GET', KEYS[5])
-  if waiting and waiting ~= ARGV[1] then return 0 end
+else
+  if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+  if not writer then
+    local waiting = redis.call('GET', KEYS[5])
+    if waiting and waiting ~= ARGV[1] then return 0 end
+  end
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
@@ -143,8 +157,10 @@ return 1
 --- read_release
 local t = redis.call('TIME')
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then
+  if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+  return 0
+end
 if tonumber(ARGV[3]) > 0 then return 1 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
