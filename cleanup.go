@@ -11,8 +11,9 @@ import (
 
 // cleanup is a script that removes what this client may have left on a
 // master: the undo of a failed acquire, the last release, the drop of a
-// late agreement. Each one only touches a key that holds this Lock's value
-// and nonce, so sending it again, or late, is harmless.
+// late agreement. Each one only deletes a key that holds this Lock's value
+// and nonce, or leaves a marker for this Lock's nonce that expires with its
+// TTL (see scripts.lua), so sending it again, or late, is harmless.
 type cleanup struct {
 	script *redis.Script
 	keys   []string
@@ -74,7 +75,7 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 	stop := context.AfterFunc(c.abandon, cancel)
 	defer stop()
 	if first {
-		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args)
+		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args, true)
 		return err
 	}
 	return cu.script.Eval(ctx, nd.client, cu.keys, cu.args...).Err()

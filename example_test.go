@@ -28,7 +28,7 @@ func connect() (*redlock.Client, func()) { return exampletest.Connect() }
 
 func ExampleNew() {
 	// One go-redis client per independent master: no replication between
-	// them. ContextTimeoutEnabled lets a call stop at the master timeout;
+	// them. ContextTimeoutEnabled bounds a call by redlock's deadline;
 	// MaxRetries -1 keeps go-redis from replaying a lock call, and
 	// DialerRetries 1 reports a refused connection at once.
 	var masters []*redis.Client

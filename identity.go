@@ -87,16 +87,20 @@ func newIDCache(c redis.Scripter) *idCache {
 	return &idCache{client: rc}
 }
 
-// opened returns how many connections the client's main pool has opened:
-// those it holds plus those it removed (go-redis counts every removal in
-// StaleConns), which covers connections dialed on demand and in advance
-// (MinIdleConns). Subscriptions and the pipeline pool have pools of their
-// own, which do not count. A clone of the client (WithTimeout) shares the
-// pool. A removal racing with the read may count one too many, which only
-// costs one more INFO.
+// opened returns how many connections the client's main and pipeline pools
+// have opened (scripts run on both; see node.pipe): those they hold plus
+// those they removed (go-redis counts every removal in StaleConns), which
+// covers connections dialed on demand and in advance (MinIdleConns).
+// Subscriptions have a pool of their own, which does not count. A clone of
+// the client (WithTimeout) shares the pools. A removal racing with the read
+// may count one too many, which only costs one more INFO.
 func (id *idCache) opened() uint64 {
 	s := id.client.PoolStats()
-	return uint64(s.TotalConns) + uint64(s.StaleConns)
+	n := uint64(s.TotalConns) + uint64(s.StaleConns)
+	if p := s.PipelineStats; p != nil {
+		n += uint64(p.TotalConns) + uint64(p.StaleConns)
+	}
+	return n
 }
 
 // get returns the server's identity: the cached one unless the pool opened

@@ -287,8 +287,12 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 		keys:     l.keys,
 		args:     l.args(l.ttl, int64(holds)),
 		sentinel: ErrNotHeld,
+		mustSend: true,
 	}
 	if holds == 0 {
+		// Where the acquire's call timed out, it may land after this
+		// release, which then leaves a marker that refuses it.
+		o.args = markArgs(o.args)
 		o.after = l.releasedOn
 		o.retry, o.keyTTL = true, l.ttl
 	}

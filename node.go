@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
 //go:embed scripts.lua
@@ -106,20 +109,23 @@ func (s scriptSet) get(name string) *redis.Script {
 type node struct {
 	name    string
 	client  redis.Scripter
-	timeout time.Duration // bound of every call to this master
-	id      *idCache      // the server it reaches; nil if it cannot be asked
+	pipe    *pipeline.Pipeline // calls made while one is in flight go out together
+	timeout time.Duration      // bound of every call to this master
+	id      *idCache           // the server it reaches; nil if it cannot be asked
 }
 
-// eval runs s on the master. Every script replies with an integer (a
-// fencing token as decimal text) that is positive where the master agreed;
-// err reports a master that gave no usable answer (network error, timeout,
-// Redis error).
-func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
-	v, err := s.Run(ctx, n.client, keys, args...).Int64()
-	if err != nil {
-		return 0, err
+// eval runs s on the master, through its pipeline. Every script replies
+// with an integer (a fencing token as decimal text) that is positive where
+// the master agreed; err reports a master that gave no usable answer
+// (network error, timeout, Redis error), or a call not sent (matching
+// pipeline.ErrNotSent). A mustSend call (a release, an undo) is never shed
+// nor dropped, and is sent even if ctx ends first (see pipeline.Run).
+func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend bool) (int64, error) {
+	v, err := n.pipe.Run(ctx, s, keys, args, mustSend)
+	if errors.Is(err, pipeline.ErrClosed) {
+		return 0, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	return v, nil
+	return v, err
 }
 
 // masterName names a master in errors: its address where the client tells

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
 // op is one operation sent to every master at once.
@@ -24,9 +26,10 @@ type op struct {
 	// if it finds nothing (see scripts.lua).
 	markArgs []any
 	// late, if set, runs after a successful round on each master i that
-	// agreed after the decision, or failed then (a timed-out write may
-	// still land): such an agreement may land after the lock's release
-	// (see Lock.lateAgreement). unknown tells the latter.
+	// agreed after the decision, or failed without an answer then or
+	// before (a timed-out write may still land): such an agreement may
+	// land after the lock's release (see Lock.lateAgreement). unknown
+	// tells the latter.
 	late func(ctx context.Context, i int, unknown bool)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
@@ -37,6 +40,9 @@ type op struct {
 	// retry makes script a cleanup (the last release): a master that gave
 	// no answer gets it again in the background (see Client.retryLater).
 	retry bool
+	// mustSend: script is never shed nor dropped by a master's pipeline
+	// (releases; see node.eval).
+	mustSend bool
 	// keyTTL is the longest a key that undo, or script with retry, removes
 	// can live: retrying longer is useless.
 	keyTTL time.Duration
@@ -98,7 +104,8 @@ const replyUpgrade = -1
 // before its undo is sent unless it timed out.
 //
 // If the round fails and o.undo is set, o.undo runs on every master where
-// o.script may have applied (it agreed, failed, or has not answered yet),
+// o.script may have applied (it agreed, failed other than surely unsent,
+// or has not answered yet),
 // with a fresh context, and is retried there in the background until the
 // master answers (see Client.retryLater). do returns once the outcome is
 // known and the masters whose agreement it saw have made a first try to
@@ -125,20 +132,22 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		replies: make(chan int, n),
 		decided: make(chan struct{}),
 	}
+	if ctx.Err() != nil && !o.mustSend {
+		c.mu.RUnlock()
+		return outcome{}, c.quorumError(ctx, r, false, false, 0) // nothing sent
+	}
 	res := outcome{start: time.Now()}
 	// Calls may finish after the decision (a release must still reach slow
 	// masters), so they get longer than the decision, and the caller's
 	// cancellation ends only the decision: a call cut off mid-reply costs
 	// the pool its connection, and an undo sent on another connection
 	// before the call was answered could overtake it (see scripts.lua).
+	// Close need not cancel them: it waits lateCallFactor*MasterTimeout
+	// before giving up on cleanup, by which time every call has ended.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
-	stopAbandon := context.AfterFunc(c.abandon, cancel)
 	decideCtx, stopDecide := context.WithTimeout(ctx, c.masterTimeout)
 	defer stopDecide()
-	r.cancel = func() {
-		stopAbandon()
-		cancel()
-	}
+	r.cancel = cancel
 	if o.undo != nil {
 		r.finished = make(chan int, n)
 	}
@@ -273,9 +282,12 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		}
 	}()
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
-	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args)
-	unknown := unanswered(s.err) // a timed-out write may still land
-	mayHaveApplied := s.val > 0 || unknown
+	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, o.mustSend)
+	// A timed-out write may still land, and an error reply may come from a
+	// proxy that forwarded the call: only a call surely not sent did not
+	// apply. Where the outcome is unknown, an undo may overtake the call.
+	unknown := unanswered(s.err)
+	mayHaveApplied := s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
 	applied, answered := s.agreed(), s.err == nil
 	if answered {
 		// A replica, or a server that an earlier master already is, does
@@ -295,7 +307,9 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	}
 	<-r.decided
 	if !r.failed {
-		if mayHaveApplied && !s.read && o.late != nil {
+		// The decider counted an unknown outcome as a refusal: it may
+		// still land.
+		if mayHaveApplied && (!s.read || unknown) && o.late != nil {
 			o.late(ctx, i, unknown)
 		}
 		return
@@ -316,11 +330,12 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 }
 
 // unanswered reports whether err leaves a call's outcome unknown: it may
-// have reached the master, and may still. An error the master replied with
-// (a script error, OOM, NOSCRIPT) is an answer: nothing was written.
+// have reached the master, and may still land there. An error reply (a
+// script error, OOM, NOSCRIPT) is an answer, and a call its pipeline did
+// not send reached nothing.
 func unanswered(err error) bool {
 	var reply redis.Error
-	return err != nil && !errors.As(err, &reply)
+	return err != nil && !errors.As(err, &reply) && !errors.Is(err, pipeline.ErrNotSent)
 }
 
 // quorumError describes a failed round. It reads only the slots the decider

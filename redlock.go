@@ -2,10 +2,10 @@
 // independent Redis masters, so that it stays safe when a master fails or
 // fails over.
 //
-// Every operation sends one Lua script to all masters at once, each call
-// bounded by Options.MasterTimeout, and is decided as soon as a quorum has
-// agreed or can no longer agree. A lock is obtained only if a quorum agreed
-// and validity is left:
+// Every operation sends one Lua script to all masters at once and is
+// decided as soon as a quorum has agreed or can no longer agree, within
+// Options.MasterTimeout. A lock is obtained only if a quorum agreed and
+// validity is left:
 //
 //	validity = TTL - elapsed - (TTL*DriftFactor + 2ms)
 //
@@ -29,6 +29,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
 // maxMasters bounds the masters of a Client (see Lock.lateAgreement).
@@ -128,7 +130,11 @@ type Client struct {
 // New returns a Client for the given masters, which must be independent
 // (no replication between them). Any go-redis client works: *redis.Client
 // (standalone or Sentinel-managed), *redis.ClusterClient, *redis.Ring, or a
-// redis.UniversalClient. opts may be nil for the defaults.
+// redis.UniversalClient. opts may be nil for the defaults. Give each
+// client MaxRetries -1: a call go-redis replays after a timeout may land
+// after the undo that followed the reply to its copy, and leave the lock
+// on that master until its TTL. Calls made while another is in flight to
+// the same master are pipelined together.
 //
 // New does no I/O. It returns an error wrapping ErrInvalidArgument that
 // names the first invalid value: an empty or nil master, the same master
@@ -210,7 +216,8 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client)}
+		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client),
+			pipe: pipeline.New(client, lateCallFactor*c.masterTimeout)}
 	}
 	return c, nil
 }
@@ -339,6 +346,9 @@ func (c *Client) Close() error {
 		<-done
 	}
 	c.abandonCleanup() // releases the context; nothing is pending
+	for i := range c.nodes {
+		c.nodes[i].pipe.Close() // idle: every call to it has returned
+	}
 	return nil
 }
 

@@ -13,25 +13,31 @@
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
 --   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms),
 --   0 for a writer that will not wait, ARGV[6] nonce of the Lock,
---   ARGV[7] (releases only) "1" for the undo of an acquire (see below).
+--   ARGV[7] (releases only) "1" to leave a marker if nothing is found (see below).
 -- The nonce is random per Lock value in Go: an owner may take a lock again
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade).
--- An acquire can land after its undo: the undo may travel on another
--- connection, and overtake it where the acquire's call timed out (a stalled
--- master, a proxy that relays each connection on its own). So an undo that
--- finds nothing of its Lock leaves a marker, K:gone:nonce, for the lock's
--- TTL (the longest the key it looked for could live), and an acquire refuses
--- a nonce with a marker. The marker hashes to K's Redis Cluster slot.
+-- An acquire can land after its undo, or after the Lock's last release:
+-- those may travel on another connection, and overtake it where the
+-- acquire's call timed out (a stalled master, a proxy that relays each
+-- connection on its own). So an undo or a last release that finds nothing
+-- of its Lock leaves a marker, K:gone:nonce, for the lock's TTL, and an
+-- acquire refuses a nonce with a marker: an acquire that lands within a TTL
+-- of it leaves nothing (one that lands later leaves a key for its TTL). A
+-- re-entry (holds > 1) never creates a missing key. The marker is not
+-- declared in KEYS (its name holds the nonce) but hashes to K's Redis
+-- Cluster slot.
 -- The last release of a Lock publishes its nonce on channel K so that
 -- waiters retry at once; every master publishes it, and waiters take the
--- copies of one nonce for one release.
+-- copies of one nonce for one release. An exclusive lock publishes only if
+-- an acquire was refused while it was held (field w of K): nobody else can
+-- be waiting for it.
 -- Fencing tokens are int64 counters kept as decimal text: a Lua number is a
--- double, exact only up to 2^53, so a token never passes through one (INCR's
--- own reply is one: the counter is read back with GET), and tokens are
--- returned as bulk strings.
+-- double, exact only up to 2^53, so a token never passes through one beyond
+-- that (INCR's own reply is one: from 2^53 on, the counter is read back with
+-- GET), and tokens are returned as bulk strings.
 
 --- acquire
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
@@ -42,12 +48,15 @@
 -- newer Lock's hold.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce', 'token')
 if cur[1] then
-  if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
+  if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
+    redis.call('HSET', KEYS[1], 'w', '1')
+    return 0
+  end
   redis.call('HSET', KEYS[1], 'holds', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return cur[3]
 end
-if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+if tonumber(ARGV[3]) > 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
 if KEYS[3] then
   local t = redis.call('TIME')
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
@@ -66,7 +75,11 @@ if ARGV[4] == '1' then
     return redis.error_reply('fencing counter ' .. KEYS[2] .. ' = ' ..
       tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. n.err)
   end
-  token = redis.call('GET', KEYS[2])
+  if n < 9007199254740992 then
+    token = string.format('%d', n)
+  else
+    token = redis.call('GET', KEYS[2])
+  end
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', token)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -104,7 +117,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
 --- release
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce', 'w')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
   if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0
@@ -114,7 +127,7 @@ if tonumber(ARGV[3]) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[1], ARGV[6])
+if cur[3] or KEYS[3] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
 return 1
 
 --- read_acquire
@@ -129,7 +142,7 @@ if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- Only the Lock that reads may re-enter (see acquire).
   if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
 else
-  if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+  if tonumber(ARGV[3]) > 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
   if not writer then
     local waiting = redis.call('GET', KEYS[5])
     if waiting and waiting ~= ARGV[1] then return 0 end

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -317,42 +318,58 @@ func parallel(b *testing.B, ws []Worker, ks keys) (ops, errs int64) {
 
 // contention is the outcome of contend.
 type contention struct {
-	acquired int64 // successful Lock calls
-	fails    int64 // Lock calls that gave up while the run went on
-	errs     int64 // failed Unlock calls
-	top      int64 // acquisitions of the busiest worker
+	acquired int64           // successful Lock calls
+	fails    int64           // Lock calls that gave up while the run went on
+	errs     int64           // failed Unlock calls
+	top      int64           // acquisitions of the busiest worker
+	handoffs []time.Duration // from an Unlock call to the next Lock's return
 }
 
-// contend lets every worker (Contenders on one key) lock and at once
-// unlock in a loop until b.N acquisitions in all. The timer covers exactly
-// the loop.
-func contend(b *testing.B, ws []Worker) contention {
+// work is what a contender does with and without the lock.
+type work struct {
+	hold, outside time.Duration // 0: release at once, try again at once
+}
+
+// contend lets every worker (Contenders on one key) lock, hold the lock
+// for w.hold, unlock, and wait w.outside, in a loop until b.N acquisitions
+// in all. The timer covers exactly the loop.
+func contend(b *testing.B, ws []Worker, w work) contention {
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	var acquired, fails, errs atomic.Int64
+	var released atomic.Int64 // time of the last Unlock call not yet handed off, as UnixNano
 	counts := make([]int64, len(ws))
+	handoffs := make([][]time.Duration, len(ws))
 	b.ReportAllocs()
 	b.ResetTimer()
 	var wg sync.WaitGroup
-	for i, w := range ws {
+	for i, wk := range ws {
 		wg.Go(func() {
 			for ctx.Err() == nil && acquired.Load() < int64(b.N) {
-				if err := w.Lock(ctx, ""); err != nil {
+				if err := wk.Lock(ctx, ""); err != nil {
 					if ctx.Err() == nil {
 						fails.Add(1)
 					}
 					continue
 				}
+				if r := released.Swap(0); r != 0 {
+					handoffs[i] = append(handoffs[i], time.Duration(time.Now().UnixNano()-r))
+				}
 				counts[i]++
 				n := acquired.Add(1)
+				time.Sleep(w.hold)
 				// Release even when the run has ended meanwhile.
 				uctx, ucancel := context.WithTimeout(context.Background(), time.Second)
-				if w.Unlock(uctx) != nil {
+				released.Store(time.Now().UnixNano())
+				if wk.Unlock(uctx) != nil {
 					errs.Add(1)
 				}
 				ucancel()
 				if n >= int64(b.N) {
 					cancel() // wake the workers that wait between tries
+				}
+				if w.outside > 0 {
+					time.Sleep(w.outside)
 				}
 			}
 		})
@@ -360,8 +377,9 @@ func contend(b *testing.B, ws []Worker) contention {
 	wg.Wait()
 	b.StopTimer()
 	c := contention{acquired: acquired.Load(), fails: fails.Load(), errs: errs.Load()}
-	for _, k := range counts {
+	for i, k := range counts {
 		c.top = max(c.top, k)
+		c.handoffs = append(c.handoffs, handoffs[i]...)
 	}
 	return c
 }
@@ -372,6 +390,12 @@ func (c contention) report(b *testing.B) {
 	b.ReportMetric(float64(c.fails)/n, "fails/op")
 	b.ReportMetric(float64(c.errs)/n, "errs/op")
 	b.ReportMetric(float64(c.top)/n, "top-share")
+	if len(c.handoffs) > 0 {
+		slices.Sort(c.handoffs)
+		h := c.handoffs
+		b.ReportMetric(float64(h[len(h)/2]), "handoff-p50-ns")
+		b.ReportMetric(float64(h[(len(h)*99+99)/100-1]), "handoff-p99-ns")
+	}
 }
 
 // sequential runs b.N lock+unlock pairs from one goroutine and returns the
@@ -427,7 +451,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 	var cases []lockUnlockCase
 	for _, g := range []int{1, 16, 64} {
-		for _, c := range []libCase{{Redlock, 5}, {Redlock, 1}, {Redsync, 5}, {Redislock, 1}} {
+		for _, c := range []libCase{{Redlock, 5}, {RedlockRueidis, 5}, {Redlock, 1}, {Redsync, 5}, {Redislock, 1}} {
 			cases = append(cases, lockUnlockCase{c, g, false})
 		}
 	}
@@ -475,7 +499,29 @@ func BenchmarkContended(b *testing.B) {
 			ws := workers(b, l, g, true)
 			warm(b, l, g)
 			m := startInfo(b, cc.Prefix(c.n), l)
-			res := contend(b, ws)
+			res := contend(b, ws, work{})
+			m.finish(res.acquired)
+			res.report(b)
+		})
+	}
+}
+
+// BenchmarkContendedWork is BenchmarkContended with work: each goroutine
+// holds the lock for 1ms, then works 2ms outside it, so that the releaser
+// does not simply take the lock back. The limit is one hold plus one round
+// trip per acquisition; handoff-p50-ns and handoff-p99-ns are the time
+// from a release to the next holder's acquire, where wake-on-release
+// shows.
+func BenchmarkContendedWork(b *testing.B) {
+	_, clients, cc := masters(b, 5)
+	const g = 16
+	for _, c := range []libCase{{Redlock, 5}, {Redsync, 5}} {
+		b.Run(fmt.Sprintf("lib=%s/g=%d", c, g), func(b *testing.B) {
+			l := newLocker(b, c.lib, clients[:c.n])
+			ws := workers(b, l, g, true)
+			warm(b, l, g)
+			m := startInfo(b, cc.Prefix(c.n), l)
+			res := contend(b, ws, work{hold: time.Millisecond, outside: 2 * time.Millisecond})
 			m.finish(res.acquired)
 			res.report(b)
 		})
@@ -578,7 +624,7 @@ func BenchmarkCommands(b *testing.B) {
 			ws := workers(b, l, g, true)
 			warm(b, l, g)
 			m := startMonitor(b, addrs[:c.n], l)
-			res := contend(b, ws)
+			res := contend(b, ws, work{})
 			m.finish(res.acquired)
 			res.report(b)
 		})

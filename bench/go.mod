@@ -6,13 +6,17 @@ replace github.com/go-redlock/redlock => ../
 
 replace github.com/go-redlock/redlock/integration => ../integration
 
+replace github.com/go-redlock/redlock/rueidisadapter => ../rueidisadapter
+
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redlock/redlock v0.0.0
 	github.com/go-redlock/redlock/integration v0.0.0-00010101000000-000000000000
+	github.com/go-redlock/redlock/rueidisadapter v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

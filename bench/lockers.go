@@ -17,10 +17,12 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
 	"github.com/go-redlock/redlock/mutex"
+	"github.com/go-redlock/redlock/rueidisadapter"
 )
 
 // TTL is the lock TTL every library gets.
@@ -83,6 +85,9 @@ const (
 	Redlock   = "redlock"
 	Redsync   = "redsync"
 	Redislock = "redislock"
+	// RedlockRueidis is redlock on rueidis clients (its own pipelining)
+	// through package rueidisadapter.
+	RedlockRueidis = "redlock+rueidis"
 )
 
 // NewLocker returns the named library on the given masters, all with TTL.
@@ -95,6 +100,31 @@ func NewLocker(lib string, masters []*redis.Client) (Locker, error) {
 			return nil, err
 		}
 		return &redlockLocker{c: c}, nil
+	case RedlockRueidis:
+		var scripters []redis.Scripter
+		var closers []func()
+		closeAll := func() {
+			for _, c := range closers {
+				c()
+			}
+		}
+		for _, m := range masters {
+			rc, err := rueidis.NewClient(rueidis.ClientOption{
+				InitAddress: []string{m.Options().Addr}, ForceSingleClient: true, DisableCache: true,
+			})
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			closers = append(closers, rc.Close)
+			scripters = append(scripters, rueidisadapter.New(rc))
+		}
+		c, err := redlock.New(scripters, nil)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		return &redlockLocker{c: c, close: closeAll}, nil
 	case Redsync:
 		pools := make([]redsyncredis.Pool, len(masters))
 		for i, m := range masters {
@@ -112,7 +142,10 @@ func NewLocker(lib string, masters []*redis.Client) (Locker, error) {
 
 // --- redlock ---
 
-type redlockLocker struct{ c *redlock.Client }
+type redlockLocker struct {
+	c     *redlock.Client
+	close func() // closes the clients made for it; nil if none
+}
 
 func (r *redlockLocker) Worker() Worker { return &redlockWorker{c: r.c} }
 
@@ -124,7 +157,13 @@ func (r *redlockLocker) Contender(key string) (Worker, error) {
 	return mutexWorker{m}, nil
 }
 
-func (r *redlockLocker) Close() error { return r.c.Close() }
+func (r *redlockLocker) Close() error {
+	err := r.c.Close()
+	if r.close != nil {
+		r.close()
+	}
+	return err
+}
 
 type redlockWorker struct {
 	c *redlock.Client

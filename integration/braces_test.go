@@ -113,9 +113,7 @@ func TestBraceKeysWorkOnClusterMasters(t *testing.T) {
 				select {
 				case <-waker.Wake():
 				case <-time.After(100 * time.Millisecond):
-					l, err := c.Acquire(ctx, key, ttl)
-					require.NoError(t, err)
-					require.NoError(t, l.Release(ctx))
+					releaseContended(t, c, key)
 					continue
 				}
 				break

@@ -248,17 +248,29 @@ func (f *failCounter) DialHook(next redis.DialHook) redis.DialHook { return next
 
 func (f *failCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		var re redis.Error
-		if err != nil && !errors.As(err, &re) {
-			f.fails.Add(1)
+		err := next(ctx, cmd) // go-redis sets cmd's error only after the hooks
+		f.count(err)
+		return err
+	}
+}
+
+// ProcessPipelineHook counts each call of a batch (redlock pipelines the
+// calls made while one is in flight).
+func (f *failCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			f.count(cmd.Err())
 		}
 		return err
 	}
 }
 
-func (f *failCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (f *failCounter) count(err error) {
+	var re redis.Error
+	if err != nil && !errors.As(err, &re) {
+		f.fails.Add(1)
+	}
 }
 
 // TestLastReleaseReachesStalledMaster: the last release cannot reach one

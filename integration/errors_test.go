@@ -99,10 +99,17 @@ func TestAutoRenewKeepsAnExtendedTTL(t *testing.T) {
 	// extended by the minute, not by 900ms.
 	time.Sleep(1500 * time.Millisecond)
 	assert.Greater(t, time.Until(l.Until()), 30*time.Second, "renewal shrank the TTL back")
+	// A master whose acquire came late may have missed the Extend, and
+	// lost its copy since: a quorum must hold the lock for the minute.
+	held := 0
 	for i := range cl.Masters {
 		pttl, err := cl.Admin(i).PTTL(ctx, "{job}").Result()
 		require.NoError(t, err)
-		assert.Greater(t, pttl, 30*time.Second, "master %d", i)
+		if pttl != -2 {
+			assert.Greater(t, pttl, 30*time.Second, "master %d", i)
+			held++
+		}
 	}
+	assert.GreaterOrEqual(t, held, 2, "a quorum holds the lock")
 	require.NoError(t, l.Release(ctx))
 }

@@ -75,18 +75,26 @@ func repeat(v string, n int) []string {
 }
 
 // assertEmpty checks that no running master holds any key but fencing
-// counters, which live on by design.
+// counters, which live on by design, and the markers of releases that found
+// nothing (see scripts.lua), which must expire.
 func assertEmpty(t *testing.T, cl *integration.Cluster) {
 	t.Helper()
+	ctx := context.Background()
 	for i, m := range cl.Masters {
 		if !m.Running() {
 			continue
 		}
-		keys, err := cl.Admin(i).Keys(context.Background(), "*").Result()
+		keys, err := cl.Admin(i).Keys(ctx, "*").Result()
 		require.NoError(t, err)
 		var left []string
 		for _, k := range keys {
-			if !strings.HasSuffix(k, ":fence") {
+			switch {
+			case strings.HasSuffix(k, ":fence"):
+			case strings.Contains(k, ":gone:"):
+				ttl, err := cl.Admin(i).PTTL(ctx, k).Result()
+				require.NoError(t, err)
+				assert.True(t, ttl == -2 || ttl > 0, "marker %s on %s never expires", k, m.Name())
+			default:
 				left = append(left, k)
 			}
 		}

@@ -35,8 +35,9 @@ check_gofmt() {
 }
 
 # The library (root) and the nested modules that hold the harness, the
-# tests against real masters, the commands and the benchmarks.
-modules=(. integration cmd/redlock cmd/reliability bench)
+# tests against real masters, the commands, the benchmarks and the rueidis
+# adapter.
+modules=(. integration cmd/redlock cmd/reliability bench rueidisadapter)
 
 vet_all() {
 	local m
@@ -79,6 +80,7 @@ run_step "go test -race (library, examples)" race . ./...
 run_step "go test -race (integration, processes)" race integration ./...
 run_step "go test -race (demo)" race cmd/redlock ./...
 run_step "go test -race (bench helpers)" race bench ./...
+run_step "go test -race (rueidis adapter)" race rueidisadapter ./...
 
 # The integration tests again, on five containerized masters (an image
 # built locally from Debian's redis-server: nothing can be pulled here).

@@ -14,12 +14,13 @@ import (
 
 // Colours per library, the same in every chart.
 var libColors = map[string]color.Color{
-	"redlock-5":   color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	"redlock-1":   color.RGBA{R: 0xff, G: 0x98, B: 0x96, A: 0xff},
-	"redsync-5":   color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	"redislock-1": color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-	"redlock":     color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-	"redsync":     color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"redlock-5":         color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"redlock+rueidis-5": color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+	"redlock-1":         color.RGBA{R: 0xff, G: 0x98, B: 0x96, A: 0xff},
+	"redsync-5":         color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+	"redislock-1":       color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"redlock":           color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	"redsync":           color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
 
 func newPlot(title, x, y string) *plot.Plot {

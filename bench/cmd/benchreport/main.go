@@ -153,7 +153,7 @@ func statsFile(raw string) string { return raw + ".stats.jsonl" }
 func benchstatSections(ctx context.Context, benchDir, raw string) ([]benchstatOut, error) {
 	specs := []struct{ title, filter, col, row string }{
 		{"Uncontended lock+unlock (base: redsync-5)", ".name:LockUnlock /key:fresh .unit:(sec/op OR B/op OR allocs/op OR ops/s)",
-			"/lib@(redsync-5 redlock-5 redlock-1 redislock-1)", "/g"},
+			"/lib@(redsync-5 redlock-5 redlock+rueidis-5 redlock-1 redislock-1)", "/g"},
 		{"Uncontended lock+unlock, key reused (base: redsync-5)", ".name:LockUnlock /key:reused .unit:(sec/op OR allocs/op OR errs/op)",
 			"/lib@(redsync-5 redlock-5)", "/g"},
 		{"Contended, 16 goroutines, one key (base: redsync-5)", ".name:Contended .unit:(sec/op OR ops/s OR allocs/op)",

@@ -27,6 +27,7 @@ func suites(count int, benchtime string) []suite {
 	return []suite{
 		{"BenchmarkLockUnlock", benchtime, count},
 		{"BenchmarkContended", benchtime, count},
+		{"BenchmarkContendedWork", benchtime, count},
 		{"BenchmarkSlowMaster", "2s", count},
 		{"BenchmarkMasters", benchtime, count},
 		// Command counts barely vary: one repetition, few iterations.

@@ -1,0 +1,110 @@
+package rueidisadapter_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/rueidisadapter"
+)
+
+// newClient returns a redlock.Client on the cluster's masters through
+// rueidis clients, all closed when the test ends.
+func newClient(t *testing.T, cl *harness.Cluster) *redlock.Client {
+	t.Helper()
+	var masters []redis.Scripter
+	for _, addr := range cl.Addrs() {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
+		require.NoError(t, err)
+		t.Cleanup(rc.Close)
+		masters = append(masters, rueidisadapter.New(rc))
+	}
+	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	return c
+}
+
+func TestLockThroughRueidis(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs last: after the clients are closed
+	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	c, other := newClient(t, cl), newClient(t, cl)
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), l.Token())
+	_, err = other.Acquire(ctx, "job", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "held")
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	for _, m := range qe.Masters {
+		assert.ErrorIs(t, m.Err, redlock.ErrHeldElsewhere, "a refusal is an answer")
+	}
+	require.NoError(t, l.Extend(ctx, 10*time.Second))
+	require.NoError(t, l.Release(ctx))
+	require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
+
+	// A master that lost its scripts replies NOSCRIPT: EVAL follows.
+	for i := range cl.Masters {
+		require.NoError(t, cl.Admin(i).ScriptFlush(ctx).Err())
+	}
+	l, err = other.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err, "after SCRIPT FLUSH")
+	assert.Equal(t, uint64(2), l.Token())
+	require.NoError(t, l.Release(ctx))
+
+	// Tokens beyond 2^53 come back as text, exact.
+	const big = 1<<60 + 1
+	for i := range cl.Masters {
+		require.NoError(t, cl.Admin(i).Set(ctx, "{job}:fence", strconv.FormatUint(big, 10), 0).Err())
+	}
+	l, err = c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(big+1), l.Token())
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestScriptCommands(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), ForceSingleClient: true})
+	require.NoError(t, err)
+	defer rc.Close()
+	s := rueidisadapter.New(rc)
+	ctx := context.Background()
+	script := redis.NewScript("return ARGV[1]")
+
+	sha, err := s.ScriptLoad(ctx, "return ARGV[1]").Result()
+	require.NoError(t, err)
+	assert.Equal(t, script.Hash(), sha)
+	ok, err := s.ScriptExists(ctx, sha, "0000000000000000000000000000000000000000").Result()
+	require.NoError(t, err)
+	assert.Equal(t, []bool{true, false}, ok)
+	v, err := s.EvalSha(ctx, sha, nil, int64(7)).Int64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), v)
+	v, err = s.EvalShaRO(ctx, sha, nil, 8).Int64()
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), v)
+	str, err := s.EvalRO(ctx, "return ARGV[1]", nil, "x").Text()
+	require.NoError(t, err)
+	assert.Equal(t, "x", str)
+
+	err = s.Eval(ctx, "return redis.error_reply('boom')", nil).Err()
+	var reply redis.Error
+	require.ErrorAs(t, err, &reply, "a reply error is a redis.Error")
+	assert.EqualError(t, err, "boom")
+	assert.ErrorIs(t, s.Eval(ctx, "return nil", nil).Err(), redis.Nil)
+	err = s.EvalSha(ctx, "0000000000000000000000000000000000000000", nil).Err()
+	assert.True(t, redis.HasErrorPrefix(err, "NOSCRIPT"), "%v", err)
+}
