@@ -287,7 +287,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 		keys:     l.keys,
 		args:     l.args(l.ttl, int64(holds)),
 		sentinel: ErrNotHeld,
-		mustSend: true,
+		keep:     true,
 	}
 	if holds == 0 {
 		// Where the acquire's call timed out, it may land after this

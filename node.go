@@ -114,14 +114,28 @@ type node struct {
 	id      *idCache           // the server it reaches; nil if it cannot be asked
 }
 
+// sendMode says what a master's pipeline may do with a call.
+type sendMode uint8
+
+const (
+	mayShed  sendMode = iota // refused at once when the master's queue is full
+	keep                     // never refused; dropped if ctx ends before it is sent
+	mustSend                 // never refused nor dropped, sent even if ctx ends first
+)
+
 // eval runs s on the master, through its pipeline. Every script replies
 // with an integer (a fencing token as decimal text) that is positive where
 // the master agreed; err reports a master that gave no usable answer
 // (network error, timeout, Redis error), or a call not sent (matching
-// pipeline.ErrNotSent). A mustSend call (a release, an undo) is never shed
-// nor dropped, and is sent even if ctx ends first (see pipeline.Run).
-func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend bool) (int64, error) {
-	v, err := n.pipe.Run(ctx, s, keys, args, mustSend)
+// pipeline.ErrNotSent). See pipeline.Run and RunKept for the modes.
+func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any, mode sendMode) (int64, error) {
+	var v int64
+	var err error
+	if mode == keep {
+		v, err = n.pipe.RunKept(ctx, s, keys, args)
+	} else {
+		v, err = n.pipe.Run(ctx, s, keys, args, mode == mustSend)
+	}
 	if errors.Is(err, pipeline.ErrClosed) {
 		return 0, fmt.Errorf("%w: %w", ErrClosed, err)
 	}

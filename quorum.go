@@ -40,9 +40,10 @@ type op struct {
 	// retry makes script a cleanup (the last release): a master that gave
 	// no answer gets it again in the background (see Client.retryLater).
 	retry bool
-	// mustSend: script is never shed nor dropped by a master's pipeline
-	// (releases; see node.eval).
-	mustSend bool
+	// keep: script is never shed by a master's pipeline (releases). A
+	// round's calls need not be detached: their context ends only after
+	// lateCallFactor*MasterTimeout, when their pipeline gives up too.
+	keep bool
 	// keyTTL is the longest a key that undo, or script with retry, removes
 	// can live: retrying longer is useless.
 	keyTTL time.Duration
@@ -132,7 +133,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		replies: make(chan int, n),
 		decided: make(chan struct{}),
 	}
-	if ctx.Err() != nil && !o.mustSend {
+	if ctx.Err() != nil && !o.keep {
 		c.mu.RUnlock()
 		return outcome{}, c.quorumError(ctx, r, false, false, 0) // nothing sent
 	}
@@ -145,8 +146,8 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	// Close need not cancel them: it waits lateCallFactor*MasterTimeout
 	// before giving up on cleanup, by which time every call has ended.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
-	decideCtx, stopDecide := context.WithTimeout(ctx, c.masterTimeout)
-	defer stopDecide()
+	deadline := time.NewTimer(c.masterTimeout) // of the decision
+	defer deadline.Stop()
 	r.cancel = cancel
 	if o.undo != nil {
 		r.finished = make(chan int, n)
@@ -189,16 +190,18 @@ wait:
 		select {
 		case i := <-r.replies:
 			tally(i)
-		case <-decideCtx.Done():
-			// Count what already arrived; the rest missed the deadline.
-			for undecided() {
-				select {
-				case i := <-r.replies:
-					tally(i)
-				default:
-					timedOut = true
-					break wait
-				}
+			continue
+		case <-deadline.C:
+		case <-ctx.Done():
+		}
+		// Count what already arrived; the rest missed the deadline.
+		for undecided() {
+			select {
+			case i := <-r.replies:
+				tally(i)
+			default:
+				timedOut = true
+				break wait
 			}
 		}
 	}
@@ -282,17 +285,22 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		}
 	}()
 	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
-	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, o.mustSend)
+	mode := mayShed
+	if o.keep {
+		mode = keep
+	}
+	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, mode)
 	// A timed-out write may still land, and an error reply may come from a
 	// proxy that forwarded the call: only a call surely not sent did not
 	// apply. Where the outcome is unknown, an undo may overtake the call.
 	unknown := unanswered(s.err)
 	mayHaveApplied := s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
 	applied, answered := s.agreed(), s.err == nil
-	if answered {
+	if applied && !o.keep {
 		// A replica, or a server that an earlier master already is, does
-		// not count. (The decider may also set s.err: s is not read here
-		// after the send.)
+		// not count toward a quorum: only agreements do, and a release's
+		// only tell what is reported. (The decider may also set s.err: s
+		// is not read here after the send.)
 		s.server, s.err = c.admit(ctx, i)
 	}
 	r.replies <- i
@@ -334,8 +342,14 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 // script error, OOM, NOSCRIPT) is an answer, and a call its pipeline did
 // not send reached nothing.
 func unanswered(err error) bool {
+	return err != nil && !isReply(err) && !errors.Is(err, pipeline.ErrNotSent)
+}
+
+// isReply reports whether err is an error reply of the server. Apart from
+// unanswered, so that a nil error allocates nothing.
+func isReply(err error) bool {
 	var reply redis.Error
-	return err != nil && !errors.As(err, &reply) && !errors.Is(err, pipeline.ErrNotSent)
+	return errors.As(err, &reply)
 }
 
 // quorumError describes a failed round. It reads only the slots the decider

@@ -115,7 +115,8 @@ type call struct {
 	script   *redis.Script
 	keys     []string
 	args     []any
-	mustSend bool
+	mustSend bool       // never refused for a full queue
+	detach   bool       // sent even if ctx ends first (Run's mustSend)
 	argv     []any      // EVALSHA's arguments; its buffer is reused
 	cmd      *redis.Cmd // what was sent
 
@@ -184,8 +185,21 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 // call), so the caller must not modify them afterwards. As go-redis does,
 // a lone []string or []any argument is expanded; maps and structs are not.
 func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend bool) (int64, error) {
+	return p.run(ctx, s, keys, args, mustSend, mustSend)
+}
+
+// RunKept is Run for a call that is never refused for a full queue but is
+// otherwise bound to ctx, like a call that may be shed: when ctx ends, the
+// caller stops waiting, and the call is dropped if it was not sent yet. It
+// suits a caller whose ctx cannot end before the call's own bound, and
+// saves the goroutine and context that a mustSend call sent alone takes.
+func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
+	return p.run(ctx, s, keys, args, true, false)
+}
+
+func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend, detach bool) (int64, error) {
 	ended := ctx.Err()
-	if ended != nil && !mustSend {
+	if ended != nil && !detach {
 		return 0, notSent(ended)
 	}
 	p.mu.Lock()
@@ -200,7 +214,7 @@ func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args
 		}
 		p.wg.Add(1)
 		p.mu.Unlock()
-		if mustSend {
+		if detach {
 			return p.runAloneDetached(ctx, s, keys, args)
 		}
 		v, err := s.Run(ctx, p.client, keys, args...).Int64()
@@ -222,7 +236,7 @@ func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args
 
 	// Build the command outside the lock, then queue it.
 	c := callPool.Get().(*call)
-	c.ctx, c.script, c.keys, c.args, c.mustSend = ctx, s, keys, args, mustSend
+	c.ctx, c.script, c.keys, c.args, c.mustSend, c.detach = ctx, s, keys, args, mustSend, detach
 	c.argv = append(c.argv, "evalsha", boxedHash(s), len(keys))
 	for _, k := range keys {
 		c.argv = append(c.argv, k)
@@ -250,7 +264,7 @@ func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args
 // end. The call holds busy (if the client pipelines) and a count in wg.
 func (p *Pipeline) runAloneDetached(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
 	c := callPool.Get().(*call)
-	c.mustSend, c.state = true, sent
+	c.mustSend, c.detach, c.state = true, true, sent
 	go p.sendAloneDetached(ctx, c, s, keys, args)
 	return p.wait(ctx, c)
 }
@@ -334,7 +348,7 @@ func (p *Pipeline) wait(ctx context.Context, c *call) (int64, error) {
 		case c.state == done:
 			p.mu.Unlock()
 			<-c.done
-		case c.state == queued && !c.mustSend:
+		case c.state == queued && !c.detach:
 			p.withdrawLocked(c)
 			p.mu.Unlock()
 			c.recycle()
@@ -357,7 +371,9 @@ func (p *Pipeline) withdrawLocked(c *call) {
 			n := copy(p.queue[i:], p.queue[i+1:])
 			p.queue[i+n] = nil
 			p.queue = p.queue[:i+n]
-			p.loose--
+			if !c.mustSend {
+				p.loose--
+			}
 			return
 		}
 	}
@@ -384,8 +400,8 @@ func (p *Pipeline) drain() {
 }
 
 // takeLocked moves up to maxBatch calls from the head of the queue into
-// p.batch and returns it. A call that may be shed and whose context has
-// ended is answered as not sent instead.
+// p.batch and returns it. A call that is not detached and whose context
+// has ended is answered as not sent instead.
 func (p *Pipeline) takeLocked() []*call {
 	batch := p.batch[:0]
 	taken := 0
@@ -396,6 +412,8 @@ func (p *Pipeline) takeLocked() []*call {
 		taken++
 		if !c.mustSend {
 			p.loose--
+		}
+		if !c.detach {
 			if err := c.ctx.Err(); err != nil {
 				p.stats.dropped++
 				p.doneLocked(c, 0, notSent(err))

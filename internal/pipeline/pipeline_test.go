@@ -211,8 +211,9 @@ func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 
 // A paused master: callers return at their own deadline; the queue holds
 // at most maxQueued calls that may be shed, refuses more at once,
-// never refuses mustSend calls, and after Resume sends the mustSend calls
-// but none whose caller left while it was queued.
+// never refuses mustSend or kept calls, and after Resume sends the mustSend
+// calls but none whose caller left while it was queued (kept ones
+// included).
 func TestPipelinePausedMaster(t *testing.T) {
 	m, admin, p := startMaster(t)
 	occupied := occupy(t, m, p)
@@ -225,7 +226,12 @@ func TestPipelinePausedMaster(t *testing.T) {
 		deadline := time.Now().Add(timeout)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		_, err := p.Run(ctx, incrScript, []string{key}, nil, mustSend)
+		var err error
+		if key == "kept" {
+			_, err = p.RunKept(ctx, incrScript, []string{key}, nil)
+		} else {
+			_, err = p.Run(ctx, incrScript, []string{key}, nil, mustSend)
+		}
 		return result{err, time.Since(deadline)}
 	}
 
@@ -245,13 +251,16 @@ func TestPipelinePausedMaster(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second, "a full queue refuses at once")
 	assert.Equal(t, 1, statsOf(p).shed)
 
-	const musts = 20
-	must := make([]result, musts)
+	const musts, kepts = 20, 5
+	must, kept := make([]result, musts), make([]result, kepts)
 	for i := range must {
 		wg.Go(func() { must[i] = call(300*time.Millisecond, "must", true) })
 	}
-	poll(t, 3*time.Second, "mustSend calls queued past the bound", func() bool {
-		return queueLen(p) == maxQueued+musts
+	for i := range kept {
+		wg.Go(func() { kept[i] = call(300*time.Millisecond, "kept", false) })
+	}
+	poll(t, 3*time.Second, "mustSend and kept calls queued past the bound", func() bool {
+		return queueLen(p) == maxQueued+musts+kepts
 	})
 	wg.Wait()
 
@@ -263,19 +272,26 @@ func TestPipelinePausedMaster(t *testing.T) {
 		assert.GreaterOrEqual(t, r.late, time.Duration(0), "loose call %d", i)
 		assert.Less(t, r.late, time.Second, "loose call %d", i)
 	}
+	for i, r := range kept {
+		assert.ErrorIs(t, r.err, ErrNotSent, "kept call %d", i)
+		assert.ErrorIs(t, r.err, context.DeadlineExceeded, "kept call %d", i)
+		assert.GreaterOrEqual(t, r.late, time.Duration(0), "kept call %d", i)
+		assert.Less(t, r.late, time.Second, "kept call %d", i)
+	}
 	for i, r := range must {
 		assert.ErrorIs(t, r.err, context.DeadlineExceeded, "mustSend call %d", i)
 		assert.NotErrorIs(t, r.err, ErrNotSent, "mustSend call %d", i)
 		assert.GreaterOrEqual(t, r.late, time.Duration(0), "mustSend call %d", i)
 		assert.Less(t, r.late, time.Second, "mustSend call %d", i)
 	}
-	assert.Equal(t, musts, queueLen(p), "loose calls left the queue, mustSend ones stay")
+	assert.Equal(t, musts, queueLen(p), "loose and kept calls left the queue, mustSend ones stay")
 
 	require.NoError(t, m.Resume(t.Context()))
 	require.NoError(t, <-occupied)
 	poll(t, 5*time.Second, "mustSend calls applied", func() bool { return getInt(t, admin, "must") == musts })
 	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
 	assert.Zero(t, getInt(t, admin, "loose"), "calls whose caller left while queued were sent")
+	assert.Zero(t, getInt(t, admin, "kept"), "kept calls whose caller left while queued were sent")
 	s := statsOf(p)
 	assert.Equal(t, musts, s.batched)
 	assert.Equal(t, 1, s.batches)
@@ -289,7 +305,7 @@ func TestPipelineDrainerDropsEndedCalls(t *testing.T) {
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	queued := func(key string, mustSend bool) *call {
-		c := &call{ctx: ended, script: incrScript, keys: []string{key}, mustSend: mustSend, done: make(chan struct{}, 1)}
+		c := &call{ctx: ended, script: incrScript, keys: []string{key}, mustSend: mustSend, detach: mustSend, done: make(chan struct{}, 1)}
 		c.argv = []any{"evalsha", incrScript.Hash(), 1, key}
 		c.cmd = redis.NewCmd(ended, c.argv...)
 		c.cmd.SetFirstKeyPos(3)
