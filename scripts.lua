@@ -31,9 +31,7 @@
 -- Cluster slot.
 -- The last release of a Lock publishes its nonce on channel K so that
 -- waiters retry at once; every master publishes it, and waiters take the
--- copies of one nonce for one release. An exclusive lock publishes only if
--- an acquire was refused while it was held (field w of K): nobody else can
--- be waiting for it.
+-- copies of one nonce for one release.
 -- Fencing tokens are int64 counters kept as decimal text: a Lua number is a
 -- double, exact only up to 2^53, so a token never passes through one beyond
 -- that (INCR's own reply is one: from 2^53 on, the counter is read back with
@@ -48,10 +46,7 @@
 -- newer Lock's hold.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce', 'token')
 if cur[1] then
-  if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
-    redis.call('HSET', KEYS[1], 'w', '1')
-    return 0
-  end
+  if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
   redis.call('HSET', KEYS[1], 'holds', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return cur[3]
@@ -117,7 +112,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
 --- release
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce', 'w')
+local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
   if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0
@@ -127,7 +122,7 @@ if tonumber(ARGV[3]) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-if cur[3] or KEYS[3] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
+redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
 
 --- read_acquire
