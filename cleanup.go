@@ -55,9 +55,11 @@ func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Dur
 }
 
 // tryCleanup runs cu on master i once, with a fresh context (never ctx's
-// cancellation: the caller may have gone; only its values are kept),
-// bounded by MasterTimeout for the first try and by lateCallFactor times
-// that for a retry, and cancelled when Close gives up. The first try sends
+// cancellation: the caller may have gone; only its values are kept). The
+// first try goes through the master's pipeline, which sends it whatever
+// happens (see node.eval), and waits MasterTimeout for it; a retry goes
+// straight to the client, bounded by lateCallFactor times that. Both stop
+// waiting when Close gives up. The first try sends
 // EVALSHA (and EVAL on NOSCRIPT); a retry sends EVAL, as the master may
 // have lost its script cache and answered NOSCRIPT too late for the
 // fallback. It returns nil if the script ran, whatever it replied.

@@ -142,12 +142,26 @@ func (id *idCache) get(ctx context.Context) (*serverID, error) {
 func (id *idCache) refresh() { id.asked.Add(1) }
 
 // ask sends INFO (its default sections include server and replication,
-// in every Redis version) through the main pool, where the scripts run.
-// The pool's count is taken first: a connection opened meanwhile makes the
-// next get ask again.
+// in every Redis version) through both pools where the scripts run: the
+// main pool (calls sent alone) and the pipeline pool (batches). Both must
+// reach one server. The pools' count is taken first: a connection opened
+// meanwhile makes the next get ask again.
 func (id *idCache) ask(ctx context.Context) (*serverID, error) {
 	s := &serverID{asked: id.asked.Load(), opened: id.opened()}
 	info, err := id.client.Info(ctx).Result()
+	if err == nil {
+		var cmds []redis.Cmder
+		cmds, err = id.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Info(ctx)
+			return nil
+		})
+		if err == nil {
+			piped := cmds[0].(*redis.StringCmd).Val()
+			if a, b := infoField(info, "run_id"), infoField(piped, "run_id"); a != b {
+				return nil, fmt.Errorf("its connections reach two servers (run_id %s and %s)", a, b)
+			}
+		}
+	}
 	if err != nil {
 		if refused(err) {
 			s.unknown = err

@@ -110,7 +110,7 @@ type node struct {
 	name    string
 	client  redis.Scripter
 	pipe    *pipeline.Pipeline // calls made while one is in flight go out together
-	timeout time.Duration      // bound of every call to this master
+	timeout time.Duration      // MasterTimeout: the first cleanup try's wait
 	id      *idCache           // the server it reaches; nil if it cannot be asked
 }
 
@@ -119,7 +119,7 @@ type sendMode uint8
 
 const (
 	mayShed  sendMode = iota // refused at once when the master's queue is full
-	keep                     // never refused; dropped if ctx ends before it is sent
+	keep                     // never refused nor dropped once queued; sent alone on the caller's goroutine
 	mustSend                 // never refused nor dropped, sent even if ctx ends first
 )
 

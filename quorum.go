@@ -26,10 +26,11 @@ type op struct {
 	// if it finds nothing (see scripts.lua).
 	markArgs []any
 	// late, if set, runs after a successful round on each master i that
-	// agreed after the decision, or failed without an answer then or
-	// before (a timed-out write may still land): such an agreement may
-	// land after the lock's release (see Lock.lateAgreement). unknown
-	// tells the latter.
+	// agreed after the decision, failed after it (an error reply may come
+	// from a proxy that forwarded the call), or failed without an answer
+	// then or before (a timed-out write may still land): such an agreement
+	// may land after the lock's release (see Lock.lateAgreement). unknown
+	// tells the last case.
 	late func(ctx context.Context, i int, unknown bool)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
@@ -40,9 +41,9 @@ type op struct {
 	// retry makes script a cleanup (the last release): a master that gave
 	// no answer gets it again in the background (see Client.retryLater).
 	retry bool
-	// keep: script is never shed by a master's pipeline (releases). A
-	// round's calls need not be detached: their context ends only after
-	// lateCallFactor*MasterTimeout, when their pipeline gives up too.
+	// keep: script is never shed nor dropped by a master's pipeline
+	// (releases). It need not be detached from the caller's goroutine: a
+	// round's context ends only after lateCallFactor*MasterTimeout.
 	keep bool
 	// keyTTL is the longest a key that undo, or script with retry, removes
 	// can live: retrying longer is useless.
@@ -144,7 +145,8 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	// the pool its connection, and an undo sent on another connection
 	// before the call was answered could overtake it (see scripts.lua).
 	// Close need not cancel them: it waits lateCallFactor*MasterTimeout
-	// before giving up on cleanup, by which time every call has ended.
+	// before giving up on cleanup, by which time each call has ended, or
+	// its client ignores contexts.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
 	deadline := time.NewTimer(c.masterTimeout) // of the decision
 	defer deadline.Stop()

@@ -312,9 +312,9 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // masters until they expire. It then ends the client's release
 // subscriptions and waits for the calls to masters that earlier operations
 // left in the background. Pending cleanup (undoing failed acquires,
-// deleting released locks on masters that had not answered) is retried at
-// once; after 4*MasterTimeout Close cancels what is still pending and waits
-// for it to stop. A try in flight then ends within its own bound
+// deleting released locks on masters that had not answered, undos queued
+// for a slow master) is retried or sent at once; after 4*MasterTimeout
+// Close drops what is still pending and waits for what is in flight. A try in flight then ends within its own bound
 // (4*MasterTimeout; the go-redis client's timeouts if it ignores
 // contexts), so Close blocks for about 8*MasterTimeout at most; keys it
 // gave up on expire with their TTL. Nothing is left running afterwards.
@@ -339,16 +339,39 @@ func (c *Client) Close() error {
 	}()
 	grace := time.NewTimer(lateCallFactor * c.masterTimeout)
 	defer grace.Stop()
+	gaveUp := false
 	select {
 	case <-done:
 	case <-grace.C:
 		c.abandonCleanup()
 		<-done
+		gaveUp = true
 	}
 	c.abandonCleanup() // releases the context; nothing is pending
-	for i := range c.nodes {
-		c.nodes[i].pipe.Close() // idle: every call to it has returned
+	// The pipelines may still send undos whose callers stopped waiting:
+	// within the grace, or not at all.
+	pipes := make(chan struct{})
+	go func() {
+		defer close(pipes)
+		var wg sync.WaitGroup
+		for i := range c.nodes {
+			wg.Go(c.nodes[i].pipe.Close)
+		}
+		wg.Wait()
+	}()
+	if !gaveUp {
+		select {
+		case <-pipes:
+			return nil
+		case <-grace.C:
+		}
 	}
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		wg.Go(c.nodes[i].pipe.Abort)
+	}
+	wg.Wait()
+	<-pipes
 	return nil
 }
 

@@ -71,7 +71,7 @@ if ARGV[4] == '1' then
       tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. n.err)
   end
   if n < 9007199254740992 then
-    token = string.format('%d', n)
+    token = string.format('%.0f', n)
   else
     token = redis.call('GET', KEYS[2])
   end

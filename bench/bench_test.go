@@ -490,7 +490,11 @@ func BenchmarkLockUnlock(b *testing.B) {
 //
 // Extra metrics: fails/op counts Lock calls that gave up (redsync after 32
 // tries); top-share is the share of acquisitions the busiest goroutine got.
-func BenchmarkContended(b *testing.B) {
+func BenchmarkContended(b *testing.B) { benchContended(b, work{}) }
+
+// benchContended runs 16 goroutines on one key with w, for redlock and
+// redsync on five masters.
+func benchContended(b *testing.B, w work) {
 	_, clients, cc := masters(b, 5)
 	const g = 16
 	for _, c := range []libCase{{Redlock, 5}, {Redsync, 5}} {
@@ -499,7 +503,7 @@ func BenchmarkContended(b *testing.B) {
 			ws := workers(b, l, g, true)
 			warm(b, l, g)
 			m := startInfo(b, cc.Prefix(c.n), l)
-			res := contend(b, ws, work{})
+			res := contend(b, ws, w)
 			m.finish(res.acquired)
 			res.report(b)
 		})
@@ -513,19 +517,7 @@ func BenchmarkContended(b *testing.B) {
 // from a release to the next holder's acquire, where wake-on-release
 // shows.
 func BenchmarkContendedWork(b *testing.B) {
-	_, clients, cc := masters(b, 5)
-	const g = 16
-	for _, c := range []libCase{{Redlock, 5}, {Redsync, 5}} {
-		b.Run(fmt.Sprintf("lib=%s/g=%d", c, g), func(b *testing.B) {
-			l := newLocker(b, c.lib, clients[:c.n])
-			ws := workers(b, l, g, true)
-			warm(b, l, g)
-			m := startInfo(b, cc.Prefix(c.n), l)
-			res := contend(b, ws, work{hold: time.Millisecond, outside: 2 * time.Millisecond})
-			m.finish(res.acquired)
-			res.report(b)
-		})
-	}
+	benchContended(b, work{hold: time.Millisecond, outside: 2 * time.Millisecond})
 }
 
 // BenchmarkSlowMaster measures acquire latency (p50-ns, p99-ns of Lock;

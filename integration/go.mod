@@ -11,10 +11,12 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/go-redlock/redlock v0.0.0-00010101000000-000000000000
+	github.com/go-redlock/redlock/rueidisadapter v0.0.0-00010101000000-000000000000
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
@@ -80,3 +82,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
+
+replace github.com/go-redlock/redlock/rueidisadapter => ../rueidisadapter

@@ -143,3 +143,46 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
 	assert.Equal(t, 1, statsOf(p).batched)
 }
+
+// Abort answers every queued call ErrClosed, mustSend ones included, sends
+// none of them, and returns once the call in flight has ended.
+func TestPipelineAbortDropsQueuedCalls(t *testing.T) {
+	m, admin, p := startMaster(t)
+	occupied := occupy(t, m, p)
+	const n = 5
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := p.Run(context.Background(), incrScript, []string{"must"}, nil, true)
+			errs <- err
+		}()
+	}
+	poll(t, 5*time.Second, "calls queued", func() bool { return queueLen(p) == n })
+
+	aborted := make(chan struct{})
+	go func() { p.Abort(); close(aborted) }()
+	for range n {
+		select {
+		case err := <-errs:
+			assert.ErrorIs(t, err, ErrClosed)
+		case <-time.After(testLimit):
+			t.Fatal("a queued call was not answered by Abort")
+		}
+	}
+	// Not a timing bound: 100ms would show an Abort that does not wait.
+	select {
+	case <-aborted:
+		t.Fatal("Abort returned while a call was in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, m.Resume(t.Context()))
+	require.NoError(t, <-occupied)
+	select {
+	case <-aborted:
+	case <-time.After(testLimit):
+		t.Fatal("Abort did not return after the call in flight ended")
+	}
+	assert.Zero(t, getInt(t, admin, "must"), "a dropped call was sent")
+	_, err := p.Run(context.Background(), incrScript, []string{"must"}, nil, true)
+	assert.ErrorIs(t, err, ErrClosed)
+}

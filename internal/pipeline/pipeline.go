@@ -115,8 +115,8 @@ type call struct {
 	script   *redis.Script
 	keys     []string
 	args     []any
-	mustSend bool       // never refused for a full queue
-	detach   bool       // sent even if ctx ends first (Run's mustSend)
+	mustSend bool       // never refused for a full queue nor dropped once queued
+	detach   bool       // sent alone on a goroutine of its own (Run's mustSend)
 	argv     []any      // EVALSHA's arguments; its buffer is reused
 	cmd      *redis.Cmd // what was sent
 
@@ -157,8 +157,14 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 		panic("redlock: pipeline limit must be positive")
 	}
 	p := &Pipeline{client: client, limit: limit}
-	if pc, ok := client.(pipeliner); ok {
-		p.piper = pc
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		// One pipeline for several servers: a slow one would hold up the
+		// others' calls.
+	default:
+		if pc, ok := client.(pipeliner); ok {
+			p.piper = pc
+		}
 	}
 	return p
 }
@@ -176,9 +182,10 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 //
 // A mustSend call (a release, an undo) is never refused for a full queue
 // nor dropped when ctx ends: once accepted (that is, unless Run returns
-// ErrClosed) it is sent, even after Run has returned, under a context that
-// keeps ctx's values but not its cancellation nor its deadline, bounded by
-// limit. A mustSend call sent alone therefore runs on a goroutine of its
+// ErrClosed) it is sent, even after Run has returned, unless Abort drops
+// it first: alone under a context that keeps ctx's values but not its
+// cancellation nor its deadline, in a batch under the batch's own context,
+// either way bounded by limit. A mustSend call sent alone therefore runs on a goroutine of its
 // own, which Run waits for until ctx ends.
 //
 // keys and args are only read, but possibly after Run returns (a mustSend
@@ -188,11 +195,11 @@ func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args
 	return p.run(ctx, s, keys, args, mustSend, mustSend)
 }
 
-// RunKept is Run for a call that is never refused for a full queue but is
-// otherwise bound to ctx, like a call that may be shed: when ctx ends, the
-// caller stops waiting, and the call is dropped if it was not sent yet. It
-// suits a caller whose ctx cannot end before the call's own bound, and
-// saves the goroutine and context that a mustSend call sent alone takes.
+// RunKept is Run for a mustSend call whose caller's ctx cannot end before
+// the call's own bound: sent alone, it runs on the caller's goroutine under
+// ctx, which saves the goroutine and context of a detached send. Once
+// queued it is sent, as a mustSend call is, whatever ctx does meanwhile;
+// an ended ctx before it is queued sends nothing (ErrNotSent).
 func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
 	return p.run(ctx, s, keys, args, true, false)
 }
@@ -348,7 +355,7 @@ func (p *Pipeline) wait(ctx context.Context, c *call) (int64, error) {
 		case c.state == done:
 			p.mu.Unlock()
 			<-c.done
-		case c.state == queued && !c.detach:
+		case c.state == queued && !c.mustSend:
 			p.withdrawLocked(c)
 			p.mu.Unlock()
 			c.recycle()
@@ -371,9 +378,7 @@ func (p *Pipeline) withdrawLocked(c *call) {
 			n := copy(p.queue[i:], p.queue[i+1:])
 			p.queue[i+n] = nil
 			p.queue = p.queue[:i+n]
-			if !c.mustSend {
-				p.loose--
-			}
+			p.loose--
 			return
 		}
 	}
@@ -400,8 +405,8 @@ func (p *Pipeline) drain() {
 }
 
 // takeLocked moves up to maxBatch calls from the head of the queue into
-// p.batch and returns it. A call that is not detached and whose context
-// has ended is answered as not sent instead.
+// p.batch and returns it. A call that may be shed and whose context has
+// ended is answered as not sent instead.
 func (p *Pipeline) takeLocked() []*call {
 	batch := p.batch[:0]
 	taken := 0
@@ -412,8 +417,6 @@ func (p *Pipeline) takeLocked() []*call {
 		taken++
 		if !c.mustSend {
 			p.loose--
-		}
-		if !c.detach {
 			if err := c.ctx.Err(); err != nil {
 				p.stats.dropped++
 				p.doneLocked(c, 0, notSent(err))
@@ -510,6 +513,21 @@ func isNoScript(err error) bool {
 func (p *Pipeline) Close() {
 	p.mu.Lock()
 	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// Abort is Close that gives up on the queued calls: they are answered
+// ErrClosed, mustSend ones included, and never sent. It still waits for
+// what is in flight (a batch, a call sent alone), each bounded by limit.
+func (p *Pipeline) Abort() {
+	p.mu.Lock()
+	p.closed = true
+	for _, c := range p.queue {
+		p.doneLocked(c, 0, ErrClosed)
+	}
+	clear(p.queue)
+	p.queue, p.loose = p.queue[:0], 0
 	p.mu.Unlock()
 	p.wg.Wait()
 }

@@ -1,4 +1,6 @@
-package rueidisadapter_test
+package integration_test
+
+// Masters that are rueidis clients, through package rueidisadapter.
 
 import (
 	"context"
@@ -13,13 +15,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/integration"
 	"github.com/go-redlock/redlock/rueidisadapter"
 )
 
-// newClient returns a redlock.Client on the cluster's masters through
+// newRueidisClient returns a redlock.Client on the cluster's masters through
 // rueidis clients, all closed when the test ends.
-func newClient(t *testing.T, cl *harness.Cluster) *redlock.Client {
+func newRueidisClient(t *testing.T, cl *integration.Cluster) *redlock.Client {
 	t.Helper()
 	var masters []redis.Scripter
 	for _, addr := range cl.Addrs() {
@@ -37,8 +39,8 @@ func newClient(t *testing.T, cl *harness.Cluster) *redlock.Client {
 func TestLockThroughRueidis(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs last: after the clients are closed
-	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
-	c, other := newClient(t, cl), newClient(t, cl)
+	cl := integration.NewCluster(t, 3)
+	c, other := newRueidisClient(t, cl), newRueidisClient(t, cl)
 	ctx := context.Background()
 
 	l, err := c.Acquire(ctx, "job", 10*time.Second)
@@ -75,8 +77,8 @@ func TestLockThroughRueidis(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
-func TestScriptCommands(t *testing.T) {
-	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+func TestRueidisScriptCommands(t *testing.T) {
+	cl := integration.NewCluster(t, 1)
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), ForceSingleClient: true})
 	require.NoError(t, err)
 	defer rc.Close()
