@@ -145,8 +145,18 @@ func (id *idCache) refresh() { id.asked.Add(1) }
 // in every Redis version) through both pools where the scripts run: the
 // main pool (calls sent alone) and the pipeline pool (batches). Both must
 // reach one server. The pools' count is taken first: a connection opened
-// meanwhile makes the next get ask again.
+// meanwhile, such as the one its own INFO may open, makes it ask again, up
+// to three times; after that, the next get asks again.
 func (id *idCache) ask(ctx context.Context) (*serverID, error) {
+	for try := 1; ; try++ {
+		s, err := id.askOnce(ctx)
+		if err != nil || try == 3 || s.opened == id.opened() {
+			return s, err
+		}
+	}
+}
+
+func (id *idCache) askOnce(ctx context.Context) (*serverID, error) {
 	s := &serverID{asked: id.asked.Load(), opened: id.opened()}
 	info, err := id.client.Info(ctx).Result()
 	if err == nil {

@@ -4,6 +4,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -45,14 +46,21 @@ func TestLockThroughRueidis(t *testing.T) {
 
 	l, err := c.Acquire(ctx, "job", 10*time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(1), l.Token())
+	first := l.Token()
+	assert.Positive(t, first)
 	_, err = other.Acquire(ctx, "job", 10*time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained, "held")
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
+	// The refusals decide; a master may not be heard, or may have taken
+	// the other's acquire before our late one (then undone).
+	refused := 0
 	for _, m := range qe.Masters {
-		assert.ErrorIs(t, m.Err, redlock.ErrHeldElsewhere, "a refusal is an answer")
+		if errors.Is(m.Err, redlock.ErrHeldElsewhere) {
+			refused++
+		}
 	}
+	assert.GreaterOrEqual(t, refused, 2, "a refusal is an answer: %v", err)
 	require.NoError(t, l.Extend(ctx, 10*time.Second))
 	require.NoError(t, l.Release(ctx))
 	require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
@@ -63,17 +71,19 @@ func TestLockThroughRueidis(t *testing.T) {
 	}
 	l, err = other.Acquire(ctx, "job", 10*time.Second)
 	require.NoError(t, err, "after SCRIPT FLUSH")
-	assert.Equal(t, uint64(2), l.Token())
+	assert.Greater(t, l.Token(), first)
 	require.NoError(t, l.Release(ctx))
 
-	// Tokens beyond 2^53 come back as text, exact.
+	// Tokens beyond 2^53 come back as text, exact: through a float64 they
+	// would round to a multiple of 256. (Late calls of the rounds above may
+	// still add one or two.)
 	const big = 1<<60 + 1
 	for i := range cl.Masters {
 		require.NoError(t, cl.Admin(i).Set(ctx, "{job}:fence", strconv.FormatUint(big, 10), 0).Err())
 	}
 	l, err = c.Acquire(ctx, "job", 10*time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, uint64(big+1), l.Token())
+	assert.True(t, l.Token() > big && l.Token() <= big+3, "token %d", l.Token())
 	require.NoError(t, l.Release(ctx))
 }
 
