@@ -113,7 +113,9 @@ func TestBraceKeysWorkOnClusterMasters(t *testing.T) {
 				select {
 				case <-waker.Wake():
 				case <-time.After(100 * time.Millisecond):
-					releaseContended(t, c, key)
+					l, err := c.Acquire(ctx, key, ttl)
+					require.NoError(t, err)
+					require.NoError(t, l.Release(ctx))
 					continue
 				}
 				break
