@@ -32,7 +32,8 @@ func TestReentrantLockThreeTimes(t *testing.T) {
 	ctx := context.Background()
 	r, err := mutex.NewReentrant(c, "job", fast)
 	require.NoError(t, err)
-	other, err := mutex.NewReentrant(newClient(t, cl, nil), "job", fast)
+	oc := newClient(t, cl, nil)
+	other, err := mutex.NewReentrant(oc, "job", fast)
 	require.NoError(t, err)
 	alice, bob := redlock.NewOwner(), redlock.NewOwner()
 
@@ -62,7 +63,10 @@ func TestReentrantLockThreeTimes(t *testing.T) {
 	}
 	assert.Greater(t, other.Current(bob).Token(), token)
 	require.NoError(t, other.Unlock(ctx, bob))
+	// Both clients: a release returns at a quorum, and Close waits for the
+	// calls to the other masters.
 	require.NoError(t, c.Close())
+	require.NoError(t, oc.Close())
 	assertEmpty(t, cl)
 }
 
