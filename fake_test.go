@@ -105,10 +105,10 @@ func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args [
 		return redis.NewCmdResult(f.tokens[key], nil)
 	case name == "acquire" && !held:
 		f.data[key], f.nonces[key] = owner, nonce
-		f.counters[key]++
-		f.tokens[key] = f.counters[key]
-		if args[3] != "1" {
-			f.tokens[key] = 1
+		f.tokens[key] = 1
+		if proposal, ok := args[3].(int64); ok { // fencing (see scripts.lua)
+			f.counters[key] = max(f.counters[key]+1, proposal)
+			f.tokens[key] = f.counters[key]
 		}
 		return redis.NewCmdResult(f.tokens[key], nil)
 	case name == "fence" && ours:

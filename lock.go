@@ -159,13 +159,17 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	if mark = undo; holds == 1 { // a re-entry undone keeps the lock
 		mark = markArgs(undo)
 	}
+	args := l.args(l.ttl, int64(holds))
+	if holds == 1 && m.fenced && c.fencing {
+		args[3] = time.Now().UnixMicro() // the proposed token (see scripts.lua)
+	}
 	res, err := c.do(ctx, &op{
 		name:     "acquire",
 		key:      l.key,
 		script:   m.acquire,
 		undo:     m.release,
 		keys:     l.keys,
-		args:     l.args(l.ttl, int64(holds)),
+		args:     args,
 		undoArgs: undo,
 		markArgs: mark,
 		late:     l.lateAgreement(holds),
@@ -371,6 +375,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		args:     l.args(ttl, int64(l.holds)),
 		ttl:      ttl,
 		sentinel: ErrNotHeld,
+		// Until is moved after the round: a repair before that uses the
+		// shorter validity of the round before.
+		refusedAfter: l.repairOn(),
 	})
 	if err != nil {
 		return err
@@ -380,6 +387,30 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	}
 	l.ttl = ttl
 	return nil
+}
+
+// repairOn returns what an extend runs on each master i that answered it
+// without the lock, once a quorum of the others decided it: where master i
+// lost the lock (it restarted empty, or the key expired there), it sets
+// the lock again with the validity left, and with the holds and token it
+// has now (see "repair" in scripts.lua). Without it a long-held lock would
+// erode one restart at a time. The extend was decided without master i,
+// and repairing does not count toward it; a lock that has expired, was
+// lost or released is not repaired; what it sets, the Lock's release
+// deletes. l.mu must be held.
+func (l *Lock) repairOn() func(context.Context, int) {
+	c := l.client
+	if l.mode.repair == nil || c.noRepair {
+		return nil
+	}
+	holds, token := int64(l.holds), strconv.FormatUint(max(l.token, 1), 10)
+	return func(ctx context.Context, i int) {
+		ttl := time.Until(l.Until()).Truncate(time.Millisecond)
+		if ttl <= 0 || l.released.Load() || l.lost.Load() {
+			return
+		}
+		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, append(l.args(ttl, holds), token), mayShed)
+	}
 }
 
 // Release gives up one hold; the last one deletes the lock on every master

@@ -28,13 +28,14 @@ var (
 // mode is one sort of lock: the scripts for its operations and its keys.
 type mode struct {
 	acquire, extend, release *redis.Script
-	fenced                   bool // acquisitions hand out fencing tokens
-	rw                       bool // a read-write lock: five keys
+	repair                   *redis.Script // nil: extends repair nothing (read locks)
+	fenced                   bool          // acquisitions hand out fencing tokens
+	rw                       bool          // a read-write lock: five keys
 }
 
 var (
-	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), fenced: true}
-	writeMode     = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, fenced: true, rw: true}
+	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), repair: scripts.get("repair"), fenced: true}
+	writeMode     = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, repair: exclusiveMode.repair, fenced: true, rw: true}
 	readMode      = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
 )
 
@@ -68,13 +69,18 @@ func lockKey(name string) string {
 
 type scriptSet map[string]*redis.Script
 
-// splitScripts cuts src into the sections that start with "--- name".
+// splitScripts cuts src into the sections that start with "--- name". A
+// section "--- name @lib" starts with the text of section "@lib", which
+// must come before it; sections named "@..." are only such helpers.
 func splitScripts(src string) scriptSet {
-	set := scriptSet{}
+	set, libs := scriptSet{}, map[string]string{}
 	var name string
 	var body strings.Builder
 	flush := func() {
-		if name != "" {
+		switch {
+		case strings.HasPrefix(name, "@"):
+			libs[name] = body.String()
+		case name != "":
 			set[name] = redis.NewScript(body.String())
 		}
 		body.Reset()
@@ -84,9 +90,22 @@ func splitScripts(src string) scriptSet {
 		line := sc.Text()
 		if rest, ok := strings.CutPrefix(line, "--- "); ok {
 			flush()
-			name = strings.TrimSpace(rest)
-			if _, dup := set[name]; dup || name == "" {
-				panic(fmt.Sprintf("redlock: scripts.lua: bad or duplicate section %q", name))
+			fields := strings.Fields(rest)
+			name = ""
+			if len(fields) > 0 {
+				name = fields[0]
+			}
+			_, dup := set[name]
+			_, dupLib := libs[name]
+			if dup || dupLib || name == "" || len(fields) > 2 {
+				panic(fmt.Sprintf("redlock: scripts.lua: bad or duplicate section %q", rest))
+			}
+			if len(fields) == 2 {
+				lib, ok := libs[fields[1]]
+				if !ok {
+					panic(fmt.Sprintf("redlock: scripts.lua: section %q needs %s before it", name, fields[1]))
+				}
+				body.WriteString(lib)
 			}
 			continue
 		}

@@ -35,9 +35,13 @@ type op struct {
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
 	// retried.
-	after    func(ctx context.Context, i int, agreed bool)
-	ttl      time.Duration // > 0: the round also needs validity left
-	sentinel error         // what a failed round wraps
+	after func(ctx context.Context, i int, agreed bool)
+	// refusedAfter, if set, runs after a successful round on each master
+	// i that refused, whether before or after the decision (see
+	// Lock.repairOn).
+	refusedAfter func(ctx context.Context, i int)
+	ttl          time.Duration // > 0: the round also needs validity left
+	sentinel     error         // what a failed round wraps
 	// retry makes script a cleanup (the last release): a master that gave
 	// no answer gets it again in the background (see Client.retryLater).
 	retry bool
@@ -298,6 +302,7 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	unknown := unanswered(s.err)
 	mayHaveApplied := s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
 	applied, answered := s.agreed(), s.err == nil
+	refusedHere := answered && s.val == 0
 	if applied && !o.keep {
 		// A replica, or a server that an earlier master already is, does
 		// not count toward a quorum: only agreements do, and a release's
@@ -313,6 +318,11 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		o.after(ctx, i, applied)
 	}
 	if o.undo == nil {
+		if refusedHere && o.refusedAfter != nil {
+			if <-r.decided; !r.failed {
+				o.refusedAfter(ctx, i)
+			}
+		}
 		return
 	}
 	<-r.decided

@@ -81,10 +81,22 @@ type Options struct {
 
 	// NoFencing turns fencing tokens off: Lock.Token returns 0, and no
 	// counter key is kept. With fencing (the default) every exclusive or
-	// write acquisition increments a counter key {key}:fence on the masters
-	// that never expires, one per lock name. Tokens are exact up to the
-	// largest int64; beyond it a master refuses the acquire.
+	// write acquisition sets a counter key {key}:fence on the masters, one
+	// per lock name, that expires two TTLs later. Tokens are microseconds
+	// of the masters' clocks, or larger (a hybrid logical clock: see
+	// "Fencing tokens" in README.md for what they guarantee); they are
+	// exact up to the largest int64, beyond which a master refuses the
+	// acquire.
 	NoFencing bool
+
+	// NoRepair turns quorum repair off. With repair (the default) each
+	// Extend, and each renewal, that succeeds sets the lock again on the
+	// masters that answered without it (a master that restarted empty),
+	// where no other lock is: so a lock held for long does not erode as
+	// masters restart one after another. Repaired masters never count
+	// toward the extend that repaired them, and an expired lock is never
+	// set again.
+	NoRepair bool
 
 	// NewValue returns the value that identifies one acquisition. It must be
 	// unique across all clients and unguessable, and must not return "". A
@@ -104,6 +116,7 @@ type Client struct {
 	driftFactor   float64
 	prefix        string
 	fencing       bool
+	noRepair      bool
 	newValue      func() (string, error)
 	epoch         time.Time // monotonic origin of Lock deadlines
 
@@ -164,6 +177,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		driftFactor:   opts.DriftFactor,
 		prefix:        opts.KeyPrefix,
 		fencing:       !opts.NoFencing,
+		noRepair:      opts.NoRepair,
 		newValue:      opts.NewValue,
 		epoch:         time.Now(),
 		watches:       map[string]*watch{},

@@ -5,15 +5,18 @@
 -- Cluster slot; K is the lock's main key, {k} for most names (see lockKey
 -- in node.go):
 --   KEYS[1] K          hash: owner, nonce, holds, token (exclusive, reentrant, write)
---   KEYS[2] K:fence    fencing counter; never expires
+--   KEYS[2] K:fence    fencing counter; expires two TTLs after it was last set
 --   KEYS[3] K:r        read-write locks only: zset reader -> expiry (ms)
 --   KEYS[4] K:rn       read-write locks only: hash reader -> nonce
 --   KEYS[5] K:ww       read-write locks only: write-wait marker (a writer)
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
---   ARGV[4] "1" to hand out a fencing token, ARGV[5] write-wait TTL (ms),
+--   ARGV[4] acquire only: "0" for no fencing token, else the proposed token
+--   (the client's clock in microseconds), ARGV[5] write-wait TTL (ms),
 --   0 for a writer that will not wait, ARGV[6] nonce of the Lock,
---   ARGV[7] (releases only) "1" to leave a marker if nothing is found (see below).
+--   ARGV[7] releases only: "1" to leave a marker if nothing is found (see
+--   below); repair only: the Lock's token.
+-- A section named "--- name @lib" starts with section "@lib" (helpers).
 -- The nonce is random per Lock value in Go: an owner may take a lock again
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
@@ -32,12 +35,56 @@
 -- The last release of a Lock publishes its nonce on channel K so that
 -- waiters retry at once; every master publishes it, and waiters take the
 -- copies of one nonce for one release.
--- Fencing tokens are int64 counters kept as decimal text: a Lua number is a
--- double, exact only up to 2^53, so a token never passes through one beyond
--- that (INCR's own reply is one: from 2^53 on, the counter is read back with
--- GET), and tokens are returned as bulk strings.
+-- Fencing tokens are a hybrid logical clock per lock name: a master hands
+-- out the larger of its counter + 1 and the client's proposal (its clock in
+-- microseconds) held within a quarter TTL of the master's own clock, and
+-- keeps the counter for two TTLs (see "Fencing tokens" in README.md for why
+-- later tokens are larger even across restarts). Counters are int64 kept
+-- as decimal text: a Lua number is a double, exact only up to 2^53, so a
+-- token never passes through one beyond that (INCR's own reply is one: from
+-- 2^53 on, the counter is read back with GET), and tokens are returned as
+-- bulk strings.
 
---- acquire
+--- @tokens
+-- less reports a < b for counters as decimal text (no sign, no leading
+-- zeros): by length, then byte by byte.
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  for i = 1, #a do
+    local x, y = a:byte(i), b:byte(i)
+    if x ~= y then return x < y end
+  end
+  return false
+end
+
+-- nextToken hands out this master's next token for counter key fence,
+-- given the client's proposal and the TTL (ms). It returns nil and an
+-- error, leaving the counter as it was, when the counter is not an integer
+-- or is the largest int64.
+local function nextToken(fence, proposal, ttl)
+  local t = redis.call('TIME')
+  local now, slack = t[1] * 1000000 + t[2], ttl * 250
+  local token = string.format('%.0f', math.min(math.max(tonumber(proposal), now - slack), now + slack))
+  local old = redis.pcall('SET', fence, token, 'PX', 2 * ttl, 'GET')
+  if type(old) == 'table' and old.err then return nil, old.err end
+  if not old or (old:find('^%d+$') and less(old, token)) then return token end
+  -- The counter is at or past the proposal: count on from it.
+  redis.call('SET', fence, old, 'PX', 2 * ttl)
+  local n = redis.pcall('INCR', fence)
+  if type(n) == 'table' and n.err then return nil, n.err end
+  if n < 9007199254740992 then return string.format('%.0f', n) end
+  return redis.call('GET', fence)
+end
+
+-- raiseFence sets counter key fence to token where that is larger, and
+-- keeps it two TTLs (ms) from now.
+local function raiseFence(fence, token, ttl)
+  local cur = redis.call('GET', fence)
+  if cur and not less(cur, token) then token = cur end
+  redis.call('SET', fence, token, 'PX', 2 * ttl)
+end
+
+--- acquire @tokens
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
 -- not fencing). Only the Lock that holds it (same owner and nonce) may
 -- re-enter: that keeps its token and renews the TTL. Another Lock of the
@@ -62,18 +109,13 @@ if KEYS[3] then
   end
 end
 local token = '1'
-if ARGV[4] == '1' then
-  -- Fails, before the lock is written, when the counter is at the largest
-  -- int64 (no larger token exists) or is not an integer.
-  local n = redis.pcall('INCR', KEYS[2])
-  if type(n) == 'table' and n.err then
+if ARGV[4] ~= '0' then
+  -- Fails before the lock is written.
+  local err
+  token, err = nextToken(KEYS[2], ARGV[4], tonumber(ARGV[2]))
+  if not token then
     return redis.error_reply('fencing counter ' .. KEYS[2] .. ' = ' ..
-      tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. n.err)
-  end
-  if n < 9007199254740992 then
-    token = string.format('%.0f', n)
-  else
-    token = redis.call('GET', KEYS[2])
+      tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. err)
   end
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', token)
@@ -81,25 +123,12 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if KEYS[5] and redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
 return token
 
---- fence
+--- fence @tokens
 -- Raises the fencing counter to the token ARGV[3] where this Lock still
 -- holds the lock, so that every later token is larger.
--- Counters are compared as decimal text (no sign, no leading zeros): by
--- length, then byte by byte.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
-local fence, token = redis.call('GET', KEYS[2]) or '0', ARGV[3]
-local less = #fence < #token
-if #fence == #token then
-  for i = 1, #token do
-    local a, b = fence:byte(i), token:byte(i)
-    if a ~= b then
-      less = a < b
-      break
-    end
-  end
-end
-if less then redis.call('SET', KEYS[2], token) end
+raiseFence(KEYS[2], ARGV[3], tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'token', ARGV[3])
 return 1
 
@@ -109,6 +138,22 @@ return 1
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+
+--- repair @tokens
+-- After an extend that a quorum decided without this master, sets the
+-- lock again here where this master lost it (it restarted empty, or the
+-- key expired): never where any lock, reader or marker of this Lock is. A
+-- later release deletes it as anywhere else. ARGV[7] is the Lock's token.
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+if KEYS[3] then
+  local t = redis.call('TIME')
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  if redis.call('ZCARD', KEYS[3]) > 0 then return 0 end
+end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if ARGV[4] ~= '0' then raiseFence(KEYS[2], ARGV[7], tonumber(ARGV[2])) end
+return 1
 
 --- release
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.

@@ -75,8 +75,8 @@ func repeat(v string, n int) []string {
 }
 
 // assertEmpty checks that no running master holds any key but fencing
-// counters, which live on by design, and the markers of releases that found
-// nothing (see scripts.lua), which must expire.
+// counters and the markers of releases that found nothing (see
+// scripts.lua), both of which must expire.
 func assertEmpty(t *testing.T, cl *integration.Cluster) {
 	t.Helper()
 	ctx := context.Background()
@@ -89,11 +89,10 @@ func assertEmpty(t *testing.T, cl *integration.Cluster) {
 		var left []string
 		for _, k := range keys {
 			switch {
-			case strings.HasSuffix(k, ":fence"):
-			case strings.Contains(k, ":gone:"):
+			case strings.HasSuffix(k, ":fence"), strings.Contains(k, ":gone:"):
 				ttl, err := cl.Admin(i).PTTL(ctx, k).Result()
 				require.NoError(t, err)
-				assert.True(t, ttl == -2 || ttl > 0, "marker %s on %s never expires", k, m.Name())
+				assert.True(t, ttl == -2 || ttl > 0, "%s on %s never expires", k, m.Name())
 			default:
 				left = append(left, k)
 			}

@@ -130,3 +130,49 @@ func TestFencingTokensUpToMaxInt64(t *testing.T) {
 	waitReleased(t, cl, "end")
 	assertEmpty(t, cl)
 }
+
+// TestFencingTokensGrowAcrossEmptyRestarts: tokens are a hybrid logical
+// clock, so a lock taken after every master lost its data (restarted
+// empty, or its counter expired) still gets a larger token than before;
+// counters alone would start again from 1. The token is the client's clock
+// in microseconds when the masters' clocks agree with it.
+func TestFencingTokensGrowAcrossEmptyRestarts(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
+	ctx := context.Background()
+	before := uint64(time.Now().UnixMicro())
+	first := takeToken(t, c, cl, "hlc")
+	assert.GreaterOrEqual(t, first, before, "about the clock in µs")
+	assert.LessOrEqual(t, first, uint64(time.Now().UnixMicro()), "about the clock in µs")
+
+	require.NoError(t, cl.FlushAll(ctx)) // every master lost its data
+	assert.Greater(t, takeToken(t, c, cl, "hlc"), first)
+}
+
+// TestFenceKeysExpire: a released lock's fencing counters expire two TTLs
+// after they were last set, so that lock names used once leave nothing.
+func TestFenceKeysExpire(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond
+	l, err := c.Acquire(ctx, "once", ttl)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+	require.NoError(t, l.Release(ctx))
+	waitReleased(t, cl, "once")
+	for i := range cl.Masters {
+		pttl, err := cl.Admin(i).PTTL(ctx, "{once}:fence").Result()
+		require.NoError(t, err)
+		assert.True(t, pttl > 0 && pttl <= 2*ttl, "fence key on master %d expires in %v", i, pttl)
+	}
+	// Redis expires a key on access at the latest: EXISTS sees it gone.
+	require.Eventually(t, func() bool {
+		for i := range cl.Masters {
+			if n, err := cl.Admin(i).Exists(ctx, "{once}:fence").Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}, 2*ttl+5*time.Second, 10*time.Millisecond, "fence keys gone after two TTLs")
+}

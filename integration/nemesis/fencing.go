@@ -1,16 +1,15 @@
 package nemesis
 
-import "github.com/go-redlock/redlock/mutex"
+import "github.com/go-redlock/redlock"
 
-// FencingFunc returns the fencing token of the lock m currently holds, and
-// false if it has none. The runner calls it right after Lock returns and
-// presents the token to the Resource with every read and write.
-type FencingFunc func(m *mutex.Mutex) (token uint64, ok bool)
+// FencingFunc returns the fencing token of the lock a section holds, and
+// false if it has none. The runner calls it right after the lock is taken
+// and presents the token to the Resource with every read and write.
+type FencingFunc func(l *redlock.Lock) (token uint64, ok bool)
 
-// MutexFencing reads the token of the lock a mutex holds (Lock.Token). A
-// client built with redlock.Options.NoFencing has token 0: no token.
-func MutexFencing(m *mutex.Mutex) (uint64, bool) {
-	l := m.Current()
+// LockFencing reads the lock's token (Lock.Token). Read locks, and locks
+// of a client built with redlock.Options.NoFencing, have token 0: no token.
+func LockFencing(l *redlock.Lock) (uint64, bool) {
 	if l == nil || l.Token() == 0 {
 		return 0, false
 	}

@@ -49,6 +49,7 @@ type Section struct {
 	Client int    // which client held the lock
 	Value  string // the lock's value: identifies the acquisition
 	Fence  Fence  // the token presented to the resource, if any
+	Shared bool   // a read lock: the section reads and writes nothing
 
 	Enter, Exit time.Duration
 
@@ -61,11 +62,12 @@ type Section struct {
 	WriteAt   time.Duration // when the write took effect
 
 	Rejected bool // the resource rejected the read or the write as stale (fencing)
-	Aborted  bool // the holder's validity ran out before the write: nothing written
+	Aborted  bool // the holder's lock was lost or its validity ran out before the write: nothing written
 }
 
-// Overlap is a pair of sections whose [Enter, Exit] intervals intersect:
-// two clients held the lock at the same time.
+// Overlap is a pair of sections whose [Enter, Exit] intervals intersect,
+// not both shared: two clients held the lock at the same time, at least
+// one of them for writing.
 type Overlap struct {
 	First, Second Section       // First entered no later than Second
 	Length        time.Duration // how long both were inside
@@ -77,14 +79,22 @@ type Result struct {
 	Committed int   // sections whose write was accepted
 	Final     int64 // the resource's value at the end
 	Rejected  int   // sections stopped by the resource's fencing check
-	Aborted   int   // sections that gave up because their validity ran out
+	// FalseRejections are rejected sections that overlapped no other: the
+	// holder's lock was safe, but its token was lower than one seen before.
+	FalseRejections int
+	Aborted         int // sections that gave up because their lock was lost or its validity ran out
+	Reads           int // shared sections that read under a lock held to the end
 
 	Overlaps []Overlap // pairs of sections that held the lock at once
+	// ReaderWriterOverlaps counts the Overlaps of a shared section with a
+	// writing one.
+	ReaderWriterOverlaps int
 	// LostUpdates is Committed - Final: increments that were overwritten
 	// (negative if the resource holds writes nobody committed).
 	LostUpdates int
 	// StaleReads are committed sections, in write order, whose read did not
-	// see the previous committed write.
+	// see the previous committed write, and shared sections held to the
+	// end whose read did not see the last write committed before it.
 	StaleReads []Section
 	// Linearizable is porcupine's verdict on the history as operations of a
 	// sequential counter (Ok, Illegal, or Unknown after its time limit).
@@ -113,10 +123,10 @@ func (r *Result) DataCorrupted() bool {
 
 func (r *Result) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d sections, %d committed, final %d, %d rejected by fencing, %d aborted; "+
-		"%d overlaps, %d lost updates, %d stale reads, linearizable: %s",
-		r.Sections, r.Committed, r.Final, r.Rejected, r.Aborted,
-		len(r.Overlaps), r.LostUpdates, len(r.StaleReads), r.Linearizable)
+	fmt.Fprintf(&b, "%d sections, %d committed, %d shared reads, final %d, %d rejected by fencing (%d falsely), %d aborted; "+
+		"%d overlaps (%d reader/writer), %d lost updates, %d stale reads, linearizable: %s",
+		r.Sections, r.Committed, r.Reads, r.Final, r.Rejected, r.FalseRejections, r.Aborted,
+		len(r.Overlaps), r.ReaderWriterOverlaps, r.LostUpdates, len(r.StaleReads), r.Linearizable)
 	for i, o := range r.Overlaps {
 		if i == 3 {
 			fmt.Fprintf(&b, "\n  ... %d more overlaps", len(r.Overlaps)-i)
@@ -156,15 +166,28 @@ func Check(sections []Section, final int64) *Result {
 	r := &Result{Sections: len(sections), Final: final}
 	byEnter := slices.Clone(sections)
 	slices.SortStableFunc(byEnter, func(a, b Section) int { return cmp.Compare(a.Enter, b.Enter) })
+	overlapped := make([]bool, len(byEnter))
 	for i, a := range byEnter {
-		for _, b := range byEnter[i+1:] {
+		for j, b := range byEnter[i+1:] {
 			if b.Enter > a.Exit {
 				break
 			}
+			if a.Shared && b.Shared {
+				continue
+			}
+			if a.Shared || b.Shared {
+				r.ReaderWriterOverlaps++
+			}
 			r.Overlaps = append(r.Overlaps, Overlap{First: a, Second: b, Length: min(a.Exit, b.Exit) - b.Enter})
+			overlapped[i], overlapped[i+1+j] = true, true
 		}
+	}
+	for i, a := range byEnter {
 		if a.Rejected {
 			r.Rejected++
+			if !overlapped[i] {
+				r.FalseRejections++
+			}
 		}
 		if a.Aborted {
 			r.Aborted++
@@ -186,6 +209,21 @@ func Check(sections []Section, final int64) *Result {
 			r.StaleReads = append(r.StaleReads, s)
 		}
 		last = s.Written
+	}
+	for _, s := range sections {
+		if !s.Shared || !s.ReadOK || s.Aborted {
+			continue
+		}
+		r.Reads++
+		// The last write that took effect before the read, if any.
+		i, _ := slices.BinarySearchFunc(committed, s.ReadAt, func(c Section, at time.Duration) int { return cmp.Compare(c.WriteAt, at) })
+		want := int64(0)
+		if i > 0 {
+			want = committed[i-1].Written
+		}
+		if s.Read != want {
+			r.StaleReads = append(r.StaleReads, s)
+		}
 	}
 
 	r.Linearizable = porcupine.CheckOperationsTimeout(counterModel, operations(sections), LinearizabilityTimeout)

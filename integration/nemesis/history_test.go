@@ -172,3 +172,50 @@ func TestClockFileSpec(t *testing.T) {
 		assert.Equal(t, want, string(b))
 	}
 }
+
+// TestCheckCountsFalseRejections: a rejected section that overlapped no
+// other was a safe holder with a low token; one that overlapped was not.
+func TestCheckCountsFalseRejections(t *testing.T) {
+	rejected := func(client int, enter, exit time.Duration) nemesis.Section {
+		return nemesis.Section{Client: client, Enter: enter, Exit: exit, Rejected: true}
+	}
+	h := []nemesis.Section{
+		committed(0, 0, 10*ms, 0),
+		rejected(1, 5*ms, 15*ms), // overlaps client 0
+		committed(2, 20*ms, 30*ms, 1),
+		rejected(0, 31*ms, 40*ms), // alone
+	}
+	r := nemesis.Check(h, 2)
+	assert.Equal(t, 2, r.Rejected)
+	assert.Equal(t, 1, r.FalseRejections)
+	assert.Len(t, r.Overlaps, 1)
+}
+
+// TestCheckSharedSections: readers may overlap each other, not a writer;
+// a reader must see the last write before its read.
+func TestCheckSharedSections(t *testing.T) {
+	read := func(client int, enter, exit time.Duration, v int64) nemesis.Section {
+		return nemesis.Section{Client: client, Enter: enter, Exit: exit, Shared: true, ReadOK: true, Read: v, ReadAt: enter + ms}
+	}
+	clean := []nemesis.Section{
+		committed(0, 0, 10*ms, 0),
+		read(1, 11*ms, 20*ms, 1),
+		read(2, 12*ms, 22*ms, 1), // overlaps the other reader: fine
+		committed(0, 23*ms, 30*ms, 1),
+	}
+	r := nemesis.Check(clean, 2)
+	assert.Zero(t, r.Violations(), "%v", r)
+	assert.Equal(t, 2, r.Reads)
+
+	bad := []nemesis.Section{
+		committed(0, 0, 10*ms, 0),
+		read(1, 5*ms, 15*ms, 0),  // inside the writer's section
+		read(2, 16*ms, 20*ms, 0), // misses the write at 9ms
+	}
+	r = nemesis.Check(bad, 1)
+	assert.Len(t, r.Overlaps, 1)
+	assert.Equal(t, 1, r.ReaderWriterOverlaps)
+	require.Len(t, r.StaleReads, 1)
+	assert.Equal(t, 2, r.StaleReads[0].Client)
+	assert.Equal(t, porcupine.Illegal, r.Linearizable)
+}

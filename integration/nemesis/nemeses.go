@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -248,4 +249,95 @@ func (r RestartHolders) Run(ctx context.Context, env *Env) error {
 		Sleep(ctx, r.Up)
 	}
 	return nil
+}
+
+// RollingRestart kills each master in turn, keeps it down for Down and
+// restarts it empty, then leaves the cluster alone for Up before the next:
+// a rolling upgrade without persistence. A Down longer than the longest
+// TTL is the spec's delayed restart. A lock held through it with
+// auto-renewal stays held only if each renewal repairs the masters that
+// came back empty (quorum repair); without, it is lost once a majority
+// has restarted.
+type RollingRestart struct {
+	Down, Up time.Duration
+}
+
+// Run injects faults until ctx ends; a killed master is restarted before
+// it returns.
+func (r RollingRestart) Run(ctx context.Context, env *Env) error {
+	masters := env.Cluster.Masters
+	for i := 0; ctx.Err() == nil; i = (i + 1) % len(masters) {
+		if err := act(ctx, []int{i}, masters, integration.Master.Kill); err != nil {
+			return err
+		}
+		env.Fault("kill %s", masters[i].Name())
+		Sleep(ctx, r.Down)
+		if err := act(ctx, []int{i}, masters, integration.Master.Restart); err != nil {
+			return err
+		}
+		Sleep(ctx, r.Up)
+	}
+	return nil
+}
+
+// ClockJump starts masters 0..Count-1 on one libfaketime clock file and
+// moves their clocks forward by Jump every Period, all together: a minority
+// whose clock steps ahead (an NTP step, a resumed VM) expires keys early.
+// Within Redlock's assumptions while Count is a minority. Make it with
+// NewClockJump; Close removes the clock file once the masters are gone.
+type ClockJump struct {
+	Count        int
+	Jump, Period time.Duration
+
+	dir   string
+	clock *ClockFile
+}
+
+// NewClockJump returns a ClockJump; nothing is created before the run.
+func NewClockJump(count int, jump, period time.Duration) *ClockJump {
+	return &ClockJump{Count: count, Jump: jump, Period: period}
+}
+
+// ProcessOptions creates the clock file and preloads libfaketime into the
+// first Count masters. It fails with ErrNoFaketime if the library is
+// missing.
+func (j *ClockJump) ProcessOptions(Config) (integration.ProcessOptions, error) {
+	ft, err := FindFaketime()
+	if err != nil {
+		return integration.ProcessOptions{}, err
+	}
+	if j.dir, err = os.MkdirTemp("", "redlock-clockjump-"); err != nil {
+		return integration.ProcessOptions{}, err
+	}
+	if j.clock, err = NewClockFile(j.dir); err != nil {
+		return integration.ProcessOptions{}, err
+	}
+	return integration.ProcessOptions{EnvFor: func(i int) []string {
+		if i < j.Count {
+			return ft.Jumpable(j.clock)
+		}
+		return nil
+	}}, nil
+}
+
+// Run jumps the clocks until ctx ends.
+func (j *ClockJump) Run(ctx context.Context, env *Env) error {
+	for offset := j.Jump; Sleep(ctx, j.Period); offset += j.Jump {
+		if err := j.clock.Set(offset); err != nil {
+			return fmt.Errorf("nemesis: %w", err)
+		}
+		for i := range j.Count {
+			env.Fault("clock of %s jumps %v forward", env.Cluster.Masters[i].Name(), j.Jump)
+		}
+	}
+	return nil
+}
+
+// Close removes the clock file; the runner calls it after the masters
+// stopped.
+func (j *ClockJump) Close() error {
+	if j.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(j.dir)
 }

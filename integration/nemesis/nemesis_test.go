@@ -60,14 +60,20 @@ func TestSafeScenarios(t *testing.T) {
 			rep := runScenario(t, sc)
 			r := rep.Result
 			assert.Zero(t, r.Violations(), "violations under %s:\n%v", sc.Name, r)
-			assert.Positive(t, r.Committed, "no section committed")
+			if !sc.LosesLock {
+				assert.Positive(t, r.Committed, "no section committed")
+			}
 			assert.Equal(t, int64(r.Committed), r.Final)
 			if sc.Name != "none" {
 				assert.Positive(t, rep.Faults, "no fault injected")
 			}
 			assert.True(t, rep.Fencing, "the resource checked fencing tokens")
-			if !sc.LosesCounters {
-				assert.Zero(t, r.Rejected, "fencing tokens went backwards")
+			assert.Zero(t, r.Rejected, "fencing tokens went backwards")
+			if sc.KeepsLock {
+				assert.Zero(t, r.Aborted, "a holder lost its lock")
+			}
+			if sc.LosesLock {
+				assert.Positive(t, r.Aborted, "no holder lost its lock")
 			}
 			assert.LessOrEqual(t, rep.LockCalls, sc.Config.Clients*sc.Config.Sections, "bounded in count")
 		})

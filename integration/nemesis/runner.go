@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
-	"github.com/go-redlock/redlock/mutex"
 )
 
 // Config describes one run: the cluster, the clients and their load. The
@@ -40,7 +40,11 @@ type Config struct {
 	HoldUntilValidity time.Duration
 	MinRetryDelay     time.Duration // mutex.Options; default 1ms
 	MaxRetryDelay     time.Duration // mutex.Options; default 20ms
+	AutoRenew         bool          // mutex.Options: a section ends early if its lock is lost
+	NoRepair          bool          // redlock.Options: extends do not repair the quorum
 
+	// Kind is the lock under test; default Exclusive.
+	Kind Kind
 	// Fencing, if not nil, gives each section's token to the Resource.
 	Fencing FencingFunc
 	// Binary is the redis-server executable; default from PATH.
@@ -88,7 +92,8 @@ type Nemesis interface {
 }
 
 // ProcessConfigurer is implemented by a Nemesis that needs the masters
-// started in a special way (libfaketime, for example).
+// started in a special way (libfaketime, for example). A Nemesis that is
+// also an io.Closer is closed after the masters stopped.
 type ProcessConfigurer interface {
 	ProcessOptions(cfg Config) (integration.ProcessOptions, error)
 }
@@ -210,6 +215,9 @@ func (r *Report) FencingColumn() string {
 // failed); violations are in the Report.
 func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) {
 	cfg.setDefaults()
+	if c, ok := nem.(io.Closer); ok { // after the masters stopped
+		defer func() { err = errors.Join(err, c.Close()) }()
+	}
 	opts := integration.ProcessOptions{}
 	if pc, ok := nem.(ProcessConfigurer); ok {
 		if opts, err = pc.ProcessOptions(cfg); err != nil {
@@ -276,12 +284,12 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 }
 
 // worker is one client: its own go-redis clients, redlock.Client and
-// mutex.Mutex. Only its goroutine uses it.
+// lock of cfg.Kind. Only its goroutine uses it.
 type worker struct {
 	id     int
 	cfg    Config
 	client *redlock.Client
-	mutex  *mutex.Mutex
+	locker locker
 	env    *Env
 	res    *Resource
 
@@ -293,6 +301,7 @@ func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res *Resou
 	w := &worker{id: id, cfg: cfg, env: env, res: res}
 	c, err := redlock.New(masters, &redlock.Options{
 		MasterTimeout: cfg.MasterTimeout,
+		NoRepair:      cfg.NoRepair,
 		// Values name their client, so a holder can be told on the masters.
 		NewValue: func() (string, error) { return fmt.Sprintf("c%d-%s", id, rand.Text()), nil },
 	})
@@ -300,12 +309,7 @@ func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res *Resou
 		return nil, err
 	}
 	w.client = c
-	w.mutex, err = mutex.New(c, cfg.Key, &mutex.Options{
-		TTL:           cfg.TTL,
-		MinRetryDelay: cfg.MinRetryDelay,
-		MaxRetryDelay: cfg.MaxRetryDelay,
-	})
-	if err != nil {
+	if w.locker, err = newLocker(cfg.Kind, c, id, cfg); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
 	return w, nil
@@ -324,7 +328,7 @@ func (w *worker) run(ctx context.Context) error {
 			return nil
 		}
 		lctx, cancel := context.WithTimeout(ctx, w.cfg.LockTimeout)
-		err := w.mutex.Lock(lctx)
+		l, shared, err := w.locker.lock(lctx)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return nil // the load ended during the call
@@ -337,21 +341,18 @@ func (w *worker) run(ctx context.Context) error {
 			w.lockFails++
 			continue
 		}
-		s := Section{Client: w.id, Enter: rec.Now()}
-		if l := w.mutex.Current(); l != nil {
-			s.Value = l.Value()
-		}
+		s := Section{Client: w.id, Enter: rec.Now(), Shared: shared, Value: l.Value()}
 		done := make(chan struct{})
 		w.env.entered(Entered{Client: w.id, Value: s.Value, At: s.Enter, Done: done})
 		if w.cfg.Fencing != nil {
-			s.Fence.Token, s.Fence.Valid = w.cfg.Fencing(w.mutex)
+			s.Fence.Token, s.Fence.Valid = w.cfg.Fencing(l)
 			w.fenced = w.fenced || s.Fence.Valid
 		}
-		w.section(&s)
+		w.section(&s, l)
 		s.Exit = rec.Now()
 		close(done)
 		uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
-		err = w.mutex.Unlock(uctx)
+		err = w.locker.unlock(uctx)
 		cancel()
 		if errors.Is(err, redlock.ErrNotHeld) {
 			w.notHeld++
@@ -364,21 +365,31 @@ func (w *worker) run(ctx context.Context) error {
 }
 
 // section reads the resource, holds, and writes the increment back unless
-// the lock's validity ran out meanwhile or the resource rejected the token.
-func (w *worker) section(s *Section) {
+// the section is shared (a read lock), the lock was lost or its validity
+// ran out meanwhile, or the resource rejected the token.
+func (w *worker) section(s *Section, l *redlock.Lock) {
 	v, at, err := w.res.Read(s.Fence)
 	if err != nil {
 		s.Rejected = true
 		return
 	}
 	s.ReadOK, s.Read, s.ReadAt = true, v, at
+	hold := w.cfg.Hold
 	if w.cfg.HoldUntilValidity > 0 {
-		time.Sleep(time.Until(w.mutex.Current().Until().Add(-w.cfg.HoldUntilValidity)))
-	} else {
-		time.Sleep(w.cfg.Hold)
+		hold = time.Until(l.Until().Add(-w.cfg.HoldUntilValidity))
 	}
-	if !time.Now().Before(w.mutex.Current().Until()) {
+	// A holder stops at once when its lock is lost, as a user's would.
+	t := time.NewTimer(hold)
+	select {
+	case <-t.C:
+	case <-l.Done():
+		t.Stop()
+	}
+	if !l.Held() {
 		s.Aborted = true
+		return
+	}
+	if s.Shared {
 		return
 	}
 	at, err = w.res.Write(s.Fence, v+1)

@@ -1,6 +1,9 @@
 package nemesis
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Scenario is a nemesis with the load it runs against and what the checker
 // must find.
@@ -11,28 +14,32 @@ type Scenario struct {
 	// checker must find no violation. When false, the nemesis breaks an
 	// assumption on purpose and the checker must report a violation.
 	Safe bool
-	// LosesCounters is true when masters restart without persistence and
-	// lose their fencing counters: when those held the latest token, later
-	// tokens may go backwards, and a fenced resource rejects a holder whose
-	// lock is nevertheless safe. Elsewhere a safe run must see no rejection.
-	LosesCounters bool
-	Config        Config
-	Nemesis       Nemesis
+	// Within the assumptions fencing tokens never go backwards, even when
+	// masters restart empty (they are a hybrid logical clock): a safe run
+	// must see no rejection by the fenced resource.
+
+	// KeepsLock: a holder must never lose its lock (no section aborted).
+	// LosesLock: the nemesis makes holders lose their locks (a safety
+	// feature is off), and some section must abort.
+	KeepsLock, LosesLock bool
+	Config               Config
+	Nemesis              Nemesis
 }
 
 // Scale selects the size of the scenarios' runs.
 type Scale int
 
 const (
-	// Quick runs take about 5-10s each: for tests.
+	// Quick runs take about 5-25s each: for tests.
 	Quick Scale = iota
-	// Full runs take about 12-15s each: for RELIABILITY.md.
+	// Full runs have 8 clients and up to 10,000 sections, and take up to
+	// 3 minutes each: for RELIABILITY.md.
 	Full
 )
 
 // Scenarios returns every scenario at the given scale, safe ones first.
 // Counts and durations bound every run. The resource checks fencing tokens
-// (MutexFencing), except in the "unfenced" copies of the unsafe scenarios,
+// (LockFencing), except in the "unfenced" copies of the unsafe scenarios,
 // which show what the violations do to unprotected data.
 func Scenarios(s Scale) []Scenario {
 	pick := func(quick, full int) int {
@@ -49,38 +56,49 @@ func Scenarios(s Scale) []Scenario {
 	}
 	base := func() Config {
 		return Config{
-			Clients:       pick(3, 4),
-			Sections:      pick(200, 1000), // the Duration usually ends a run first
-			Duration:      dur(5*time.Second, 12*time.Second),
+			Clients:       pick(3, 8),
+			Sections:      pick(200, 1250), // quick: the Duration usually ends a run first
+			Duration:      dur(5*time.Second, 3*time.Minute),
 			TTL:           time.Second,
 			MasterTimeout: 100 * time.Millisecond,
 			Hold:          2 * time.Millisecond,
-			Fencing:       MutexFencing,
+			Fencing:       LockFencing,
 		}
 	}
 	// Long sections, for nemeses that act while a lock is held.
 	holding := func() Config {
 		c := base()
-		c.TTL, c.Hold, c.Sections = 2*time.Second, 700*time.Millisecond, pick(8, 30)
-		c.Duration = dur(8*time.Second, 15*time.Second)
+		c.TTL, c.Hold, c.Sections = 2*time.Second, 700*time.Millisecond, pick(8, 100)
+		c.Duration = dur(8*time.Second, time.Minute)
 		return c
 	}
 	// Sections that use the whole lease, for clock nemeses.
 	lease := func() Config {
 		c := base()
 		c.TTL, c.HoldUntilValidity, c.Sections = 500*time.Millisecond, 50*time.Millisecond, pick(6, 25)
+		if s == Full { // shorter leases: more sections in the time
+			c.TTL, c.MasterTimeout, c.HoldUntilValidity, c.Sections = 200*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond, 150
+		}
+		return c
+	}
+	// One section of 20 TTLs with auto-renewal per client: the first
+	// holds while the other's lock call times out.
+	rolling := func() Config {
+		c := base()
+		c.Clients, c.Sections, c.AutoRenew = pick(2, 8), 1, true
+		c.Hold, c.Duration = 20*c.TTL, 25*time.Second
 		return c
 	}
 	with := func(c Config, f func(*Config)) Config { f(&c); return c }
 
 	all := []Scenario{
 		{
-			Name: "none", Safe: true, Config: with(base(), func(c *Config) { c.Sections = pick(15, 100) }),
+			Name: "none", Safe: true, Config: with(base(), func(c *Config) { c.Sections = pick(15, 1250) }),
 			Nemesis:     None{},
 			Description: "No fault: the baseline.",
 		},
 		{
-			Name: "kill-minority", Safe: true, LosesCounters: true, Config: base(),
+			Name: "kill-minority", Safe: true, Config: base(),
 			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
 			Description: "Kill 2 of 5 masters (SIGKILL), restart them empty after 1.3s (longer than the 1s TTL), repeat.",
 		},
@@ -108,12 +126,27 @@ func Scenarios(s Scale) []Scenario {
 			Description: "One master's clock runs 0.5% fast (libfaketime), within the 1% drift allowance; sections use their whole lease (until 50ms before validity ends, TTL 500ms).",
 		},
 		{
-			Name: "restart-delayed", Safe: true, LosesCounters: true, Config: holding(),
+			Name: "clock-jump-minority", Safe: true, Config: with(base(), func(c *Config) { c.Hold = 20 * time.Millisecond }),
+			Nemesis:     NewClockJump(2, 2*time.Second, 700*time.Millisecond),
+			Description: "The clocks of 2 of 5 masters jump 2s (twice the TTL) forward every 700ms (libfaketime): the keys there expire at once, under held locks too (20ms sections).",
+		},
+		{
+			Name: "restart-delayed", Safe: true, Config: holding(),
 			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: 300 * time.Millisecond},
 			Description: "Kill 2 masters; while a client holds the lock on the other 3 (700ms sections, TTL 2s), kill 2 of those; restart all 4 empty after 2.3s, longer than the TTL (the spec's delayed restart).",
 		},
 		{
-			Name: "restart-no-delay", Safe: false, LosesCounters: true, Config: holding(),
+			Name: "rolling-restart", Safe: true, KeepsLock: true, Config: rolling(),
+			Nemesis:     RollingRestart{Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "Kill each master in turn and restart it empty after 1.3s (longer than the 1s TTL), while one client holds the lock with auto-renewal for 20 TTLs and another tries to take it; renewals repair the masters that came back empty.",
+		},
+		{
+			Name: "rolling-restart, no repair", Safe: true, LosesLock: true, Config: with(rolling(), func(c *Config) { c.NoRepair = true }),
+			Nemesis:     RollingRestart{Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As rolling-restart, with quorum repair off (redlock.Options.NoRepair): each master that restarts, or that the other client took first at the start, is one holder fewer, and the lock is lost within a few restarts, though every restart was delayed.",
+		},
+		{
+			Name: "restart-no-delay", Safe: false, Config: holding(),
 			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 0, Up: 300 * time.Millisecond},
 			Description: "As restart-delayed, but the 4 masters come back empty at once, while the lock is held: the holder keeps it on 1 master, 4 are free. Breaks the persistence assumption.",
 		},
@@ -123,6 +156,18 @@ func Scenarios(s Scale) []Scenario {
 			Description: "Clocks of 3 of 5 masters run twice as fast (libfaketime): keys there expire after half the TTL while the holder still uses its lease. Breaks the clock-drift assumption.",
 		},
 	}
+	// The other lock kinds under the nemeses that act most on held locks.
+	for _, k := range []struct {
+		name string
+		kind Kind
+	}{{"reentrant", Reentrant}, {"read-write", ReadWrite}} {
+		for _, sc := range all[1:3] { // kill-minority, pause-minority
+			sc.Name = k.name + ": " + sc.Name
+			sc.Description = "As " + sc.Name[len(k.name)+2:] + ", with " + k.kind.String() + describeKind[k.kind]
+			sc.Config.Kind = k.kind
+			all = append(all, sc)
+		}
+	}
 	for _, sc := range all {
 		if !sc.Safe {
 			sc.Description = "As " + sc.Name + ", with a resource that does not check fencing tokens."
@@ -131,5 +176,19 @@ func Scenarios(s Scale) []Scenario {
 			all = append(all, sc)
 		}
 	}
+	slices.SortStableFunc(all, func(a, b Scenario) int {
+		switch {
+		case a.Safe == b.Safe:
+			return 0
+		case a.Safe:
+			return -1
+		}
+		return 1
+	})
 	return all
+}
+
+var describeKind = map[Kind]string{
+	Reentrant: ": each section locks twice (nested; the inner hold must keep the Lock and its token), writes, and unlocks twice.",
+	ReadWrite: ": a third of the sections take the write lock and write, the others share the read lock and only read; every read must see the last write.",
 }
