@@ -15,6 +15,9 @@ func init() {
 	link.AcquireWaitingWrite = func(ctx context.Context, c any, key, owner string, ttl, writeWait time.Duration) (any, error) {
 		return c.(*Client).acquireOwned(ctx, writeMode, key, owner, ttl, writeWait)
 	}
+	link.LockKeys = func(prefix, name string, rw bool) []string {
+		return (&mode{rw: rw}).keys(prefix, name)
+	}
 	link.CheckTTL = func(c any, name string, ttl time.Duration) error {
 		cl := c.(*Client)
 		if err := cl.check(); err != nil {

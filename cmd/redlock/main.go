@@ -1,6 +1,9 @@
-// Command redlock demonstrates the Redlock client under load and faults.
+// Command redlock demonstrates the Redlock client under load and faults,
+// and inspects and repairs locks on running masters.
 //
 //	cd cmd/redlock && go run . demo [-workers 8] [-duration 12s] [-ttl 1s] [-masters host:port,...]
+//	redlock inspect|watch|release -force [-json] -masters host:port,... KEY
+//	redlock verify [-json] [-ttl 10s] -masters host:port,...
 //
 // The demo runs workers that each own a redlock.Client and compete for one
 // key, checks that their critical sections never overlap and that no update
@@ -29,8 +32,9 @@ import (
 )
 
 const usage = `usage: redlock demo [flags]
+       redlock inspect|watch|release|verify [flags] [KEY]   (redlock inspect -h)
 
-Runs workers that compete for one Redlock key and verifies mutual exclusion.
+demo runs workers that compete for one Redlock key and verifies mutual exclusion.
 Flags:`
 
 func main() {
@@ -38,8 +42,16 @@ func main() {
 }
 
 // cli runs the command line args and returns the exit status. It blocks
-// until the demo ends or SIGINT/SIGTERM stops it.
+// until the command ends or SIGINT/SIGTERM stops it.
 func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "inspect", "watch", "release", "verify":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return opsCLI(ctx, args, stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("redlock demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {

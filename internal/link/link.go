@@ -1,7 +1,8 @@
-// Package link hands packages mutex and rwmutex what package redlock keeps
-// out of its public API: wake-on-release, the waiting writer's acquire and
-// the TTL check. Package redlock sets every variable when it initializes;
-// the values typed any are *redlock.Client and *redlock.Lock.
+// Package link hands packages mutex and rwmutex, and the command redlock,
+// what package redlock keeps out of its public API: wake-on-release, the
+// waiting writer's acquire, the TTL check and the keys of a lock. Package
+// redlock sets every variable when it initializes; the values typed any
+// are *redlock.Client and *redlock.Lock.
 package link
 
 import (
@@ -33,4 +34,9 @@ var (
 	// calls the TTL name, if no lock of this TTL can be obtained with
 	// client's options.
 	CheckTTL func(client any, name string, ttl time.Duration) error
+
+	// LockKeys returns the keys of the lock named name under prefix, in
+	// the order of scripts.lua: the main key (also the channel releases
+	// are published on), ":fence", and for rw ":r", ":rn", ":ww".
+	LockKeys func(prefix, name string, rw bool) []string
 )

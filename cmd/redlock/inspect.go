@@ -1,0 +1,252 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/go-redlock/redlock/internal/link"
+)
+
+// MasterView is what one master stores for a lock. Durations are what is
+// left of a key's TTL when the master answered, in milliseconds.
+type MasterView struct {
+	Master string `json:"master"`
+	Error  string `json:"error,omitempty"` // the master did not answer; nothing else is set
+
+	Owner string `json:"owner,omitempty"` // the exclusive, reentrant or write lock's holder
+	Nonce string `json:"nonce,omitempty"` // which Lock of that owner
+	Holds int    `json:"holds,omitempty"`
+	Token string `json:"token,omitempty"`
+	TTLms int64  `json:"ttl_ms,omitempty"`
+
+	Fence      string `json:"fence,omitempty"` // the fencing counter
+	FenceTTLms int64  `json:"fence_ttl_ms,omitempty"`
+
+	Readers []ReaderView `json:"readers,omitempty"`
+
+	WriteWait      string `json:"write_wait,omitempty"` // the writer that keeps new readers out
+	WriteWaitTTLms int64  `json:"write_wait_ttl_ms,omitempty"`
+}
+
+// ReaderView is one read hold on one master.
+type ReaderView struct {
+	Owner string `json:"owner"`
+	Nonce string `json:"nonce,omitempty"`
+	TTLms int64  `json:"ttl_ms"`
+}
+
+// Holder is one owner's hold as a quorum sees it.
+type Holder struct {
+	Owner   string    `json:"owner"`
+	Nonce   string    `json:"nonce,omitempty"`
+	Token   string    `json:"token,omitempty"`
+	Masters int       `json:"masters"` // masters where the hold is live
+	Held    bool      `json:"held"`    // on a quorum of them
+	Until   time.Time `json:"until"`   // when fewer than a quorum will hold it, at the latest
+}
+
+// LockView is a lock across the masters.
+type LockView struct {
+	Key     string       `json:"key"`
+	At      time.Time    `json:"at"` // when the masters were asked
+	Quorum  int          `json:"quorum"`
+	Masters []MasterView `json:"masters"`
+	Writer  *Holder      `json:"writer,omitempty"` // exclusive, reentrant or write lock: the holder with the most masters
+	Readers []Holder     `json:"readers,omitempty"`
+}
+
+// inspect reads the lock named key on every master in parallel, each
+// bounded by timeout, and never fails: a master that did not answer has
+// Error set.
+func inspect(ctx context.Context, clients []*redis.Client, addrs []string, prefix, key string, timeout time.Duration) *LockView {
+	keys := link.LockKeys(prefix, key, true)
+	v := &LockView{Key: key, At: time.Now(), Quorum: len(clients)/2 + 1, Masters: make([]MasterView, len(clients))}
+	var g errgroup.Group
+	for i, c := range clients {
+		g.Go(func() error {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			m, err := readMaster(ctx, c, keys)
+			if err != nil {
+				m = MasterView{Error: err.Error()}
+			}
+			m.Master = addrs[i]
+			v.Masters[i] = m
+			return nil
+		})
+	}
+	_ = g.Wait()
+	v.Writer, v.Readers = quorumView(v)
+	return v
+}
+
+// readMaster reads every key of a lock on one master in one pipeline.
+func readMaster(ctx context.Context, c *redis.Client, keys []string) (MasterView, error) {
+	main, fence, readers, readerNonces, ww := keys[0], keys[1], keys[2], keys[3], keys[4]
+	p := c.Pipeline()
+	lock, lockTTL := p.HGetAll(ctx, main), p.PTTL(ctx, main)
+	fenceVal, fenceTTL := p.Get(ctx, fence), p.PTTL(ctx, fence)
+	expiries, nonces := p.ZRangeWithScores(ctx, readers, 0, -1), p.HGetAll(ctx, readerNonces)
+	wait, waitTTL := p.Get(ctx, ww), p.PTTL(ctx, ww)
+	now := p.Time(ctx)
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return MasterView{}, err
+	}
+	h := lock.Val()
+	m := MasterView{Owner: h["owner"], Nonce: h["nonce"], Token: h["token"], Fence: fenceVal.Val(), WriteWait: wait.Val()}
+	m.Holds, _ = strconv.Atoi(h["holds"])
+	if m.Owner != "" {
+		m.TTLms = ms(lockTTL.Val())
+	}
+	if m.Fence != "" {
+		m.FenceTTLms = ms(fenceTTL.Val())
+	}
+	if m.WriteWait != "" {
+		m.WriteWaitTTLms = ms(waitTTL.Val())
+	}
+	nowMs := now.Val().UnixMilli()
+	for _, z := range expiries.Val() {
+		owner, _ := z.Member.(string)
+		if left := int64(z.Score) - nowMs; left > 0 { // expired readers are removed lazily
+			m.Readers = append(m.Readers, ReaderView{Owner: owner, Nonce: nonces.Val()[owner], TTLms: left})
+		}
+	}
+	return m, nil
+}
+
+// ms is a PTTL reply in milliseconds: -1 (no expiry) and -2 (no key) stay.
+func ms(d time.Duration) int64 {
+	if d < 0 {
+		return int64(d)
+	}
+	return d.Milliseconds()
+}
+
+// quorumView groups the holds by owner and Lock, and says which a quorum
+// holds and until when: the quorum-th longest TTL among its masters.
+func quorumView(v *LockView) (writer *Holder, readers []Holder) {
+	type id struct{ owner, nonce string }
+	ttls := map[id][]int64{}
+	tokens := map[id]string{}
+	var writers, reads []id
+	for _, m := range v.Masters {
+		if m.Owner != "" && m.TTLms != -2 {
+			w := id{m.Owner, m.Nonce}
+			if ttls[w] == nil {
+				writers = append(writers, w)
+			}
+			ttls[w] = append(ttls[w], m.TTLms)
+			tokens[w] = max(tokens[w], m.Token) // equal lengths in practice; any is fine for display
+		}
+		for _, r := range m.Readers {
+			k := id{"reader " + r.Owner, r.Nonce}
+			if ttls[k] == nil {
+				reads = append(reads, k)
+			}
+			ttls[k] = append(ttls[k], r.TTLms)
+		}
+	}
+	holder := func(k id, owner string) Holder {
+		t := ttls[k]
+		slices.SortFunc(t, func(a, b int64) int { return cmp.Compare(b, a) })
+		h := Holder{Owner: owner, Nonce: k.nonce, Token: tokens[k], Masters: len(t), Held: len(t) >= v.Quorum}
+		if h.Held {
+			left := t[v.Quorum-1]
+			if left < 0 { // no expiry on a quorum: held until released
+				left = t[0]
+			}
+			h.Until = v.At.Add(time.Duration(left) * time.Millisecond)
+		}
+		return h
+	}
+	for _, w := range writers {
+		h := holder(w, w.owner)
+		if writer == nil || h.Masters > writer.Masters {
+			writer = &h
+		}
+	}
+	for _, r := range reads {
+		readers = append(readers, holder(r, strings.TrimPrefix(r.owner, "reader ")))
+	}
+	return writer, readers
+}
+
+// printLock writes v as a table and the quorum's view.
+func printLock(w io.Writer, v *LockView) {
+	fmt.Fprintf(w, "lock %q on %d masters (quorum %d) at %s\n", v.Key, len(v.Masters), v.Quorum, v.At.Format(time.RFC3339Nano))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MASTER\tOWNER\tHOLDS\tTOKEN\tTTL\tFENCE\tREADERS\tWRITE-WAIT")
+	for _, m := range v.Masters {
+		if m.Error != "" {
+			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t\n", m.Master, m.Error)
+			continue
+		}
+		readers := make([]string, len(m.Readers))
+		for i, r := range m.Readers {
+			readers[i] = r.Owner + " " + ttl(r.TTLms)
+		}
+		wait := "-"
+		if m.WriteWait != "" {
+			wait = m.WriteWait + " " + ttl(m.WriteWaitTTLms)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Master, dash(m.Owner), dash(strconv.Itoa(m.Holds)), dash(m.Token),
+			ttlOrDash(m.Owner, m.TTLms), dash(m.Fence)+ttlSuffix(m.Fence, m.FenceTTLms), dash(strings.Join(readers, ", ")), wait)
+	}
+	_ = tw.Flush()
+	switch h := v.Writer; {
+	case h == nil && len(v.Readers) == 0:
+		fmt.Fprintln(w, "quorum: not held")
+	case h != nil && h.Held:
+		fmt.Fprintf(w, "quorum: held by %s (Lock %s) on %d of %d masters until %s (in %v), token %s\n",
+			h.Owner, h.Nonce, h.Masters, len(v.Masters), h.Until.Format(time.RFC3339Nano), h.Until.Sub(v.At).Round(time.Millisecond), dash(h.Token))
+	case h != nil:
+		fmt.Fprintf(w, "quorum: not held; %s holds it on %d of %d masters only\n", h.Owner, h.Masters, len(v.Masters))
+	}
+	for _, r := range v.Readers {
+		if r.Held {
+			fmt.Fprintf(w, "quorum: read by %s on %d of %d masters until %s (in %v)\n",
+				r.Owner, r.Masters, len(v.Masters), r.Until.Format(time.RFC3339Nano), r.Until.Sub(v.At).Round(time.Millisecond))
+		} else {
+			fmt.Fprintf(w, "quorum: not read by %s (on %d of %d masters only)\n", r.Owner, r.Masters, len(v.Masters))
+		}
+	}
+}
+
+func dash(s string) string {
+	if s == "" || s == "0" {
+		return "-"
+	}
+	return s
+}
+
+func ttl(ms int64) string {
+	if ms == -1 {
+		return "(no expiry)"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+func ttlOrDash(owner string, ms int64) string {
+	if owner == "" {
+		return "-"
+	}
+	return ttl(ms)
+}
+
+func ttlSuffix(v string, ms int64) string {
+	if v == "" {
+		return ""
+	}
+	return " (" + ttl(ms) + ")"
+}
