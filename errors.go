@@ -62,6 +62,10 @@ type MasterResult struct {
 	// master whose agreement does not count has ErrReplica or a
 	// *SameServerError here.
 	Err error
+	// Latency is how long the master took to answer, from the round's
+	// start; 0 if it had not answered when the round was decided. Set
+	// only for an Observer (Options.Observer).
+	Latency time.Duration
 }
 
 // QuorumError is returned when a round did not reach its quorum, or reached

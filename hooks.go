@@ -18,6 +18,17 @@ func init() {
 	link.LockKeys = func(prefix, name string, rw bool) []string {
 		return (&mode{rw: rw}).keys(prefix, name)
 	}
+	link.ObserveWait = func(ctx context.Context, c any, key string, waited time.Duration, l any, err error) {
+		o := c.(*Client).observer
+		if o == nil {
+			return
+		}
+		e := Event{Kind: EventWaited, Key: key, Wait: waited, Err: err}
+		if l, ok := l.(*Lock); ok && l != nil {
+			e.Read, e.Token, e.Until = l.mode == readMode, l.token, l.Until()
+		}
+		o.ObserveEvent(ctx, e)
+	}
 	link.CheckTTL = func(c any, name string, ttl time.Duration) error {
 		cl := c.(*Client)
 		if err := cl.check(); err != nil {

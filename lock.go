@@ -31,6 +31,12 @@ type Lock struct {
 	ttl   time.Duration
 	holds int
 	renew *renewal
+	// lostBeforeRelease: the lock was lost when its last hold was
+	// released (for Observer).
+	lostBeforeRelease bool
+	// repaired: a repair was sent (see repairOn); set before released is
+	// read, so that the last release sees it or the repair sees released.
+	repaired atomic.Bool
 
 	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
 	released atomic.Bool  // the last hold is gone
@@ -193,6 +199,9 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		return fmt.Errorf("%w: acquire %q: lost meanwhile: %w", ErrNotObtained, l.key, err)
 	}
 	l.holds = holds
+	if holds == 1 {
+		l.observe(ctx, EventAcquired, nil)
+	}
 	return nil
 }
 
@@ -295,8 +304,14 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 	}
 	if holds == 0 {
 		// Where the acquire's call timed out, it may land after this
-		// release, which then leaves a marker that refuses it.
+		// release, which then leaves a marker that refuses it. After a
+		// repair, the release may find and delete the repaired lock
+		// before that acquire, or another repair, lands: then it leaves
+		// the marker wherever it deletes too.
 		o.args = markArgs(o.args)
+		if l.repaired.Load() {
+			o.args[len(o.args)-1] = "2"
+		}
 		o.after = l.releasedOn
 		o.retry, o.keyTTL = true, l.ttl
 	}
@@ -368,16 +383,14 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return err
 	}
 	res, err := c.do(ctx, &op{
-		name:     name,
-		key:      l.key,
-		script:   l.mode.extend,
-		keys:     l.keys,
-		args:     l.args(ttl, int64(l.holds)),
-		ttl:      ttl,
-		sentinel: ErrNotHeld,
-		// Until is moved after the round: a repair before that uses the
-		// shorter validity of the round before.
-		refusedAfter: l.repairOn(),
+		name:         name,
+		key:          l.key,
+		script:       l.mode.extend,
+		keys:         l.keys,
+		args:         l.args(ttl, int64(l.holds)),
+		ttl:          ttl,
+		sentinel:     ErrNotHeld,
+		refusedAfter: l.repairOn(c.deadline(time.Now(), ttl)),
 	})
 	if err != nil {
 		return err
@@ -389,27 +402,36 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	return nil
 }
 
-// repairOn returns what an extend runs on each master i that answered it
-// without the lock, once a quorum of the others decided it: where master i
-// lost the lock (it restarted empty, or the key expired there), it sets
-// the lock again with the validity left, and with the holds and token it
-// has now (see "repair" in scripts.lua). Without it a long-held lock would
-// erode one restart at a time. The extend was decided without master i,
-// and repairing does not count toward it; a lock that has expired, was
-// lost or released is not repaired; what it sets, the Lock's release
-// deletes. l.mu must be held.
-func (l *Lock) repairOn() func(context.Context, int) {
+// repairOn returns what an extend whose validity ends by until runs on
+// each master i that answered it without the lock, once a quorum of the
+// others decided it: where master i lost the lock (it restarted empty, or
+// the key expired there), it sets the lock again with the validity left,
+// and with the holds and token it has now (see "repair" in scripts.lua).
+// Without it a long-held lock would erode one restart at a time. The
+// extend was decided without master i, and repairing does not count
+// toward it; a lock that has expired, was lost or released is not
+// repaired; what it sets, the Lock's release deletes. Read locks are not
+// repaired. l.mu must be held.
+func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 	c := l.client
 	if l.mode.repair == nil || c.noRepair {
 		return nil
 	}
 	holds, token := int64(l.holds), strconv.FormatUint(max(l.token, 1), 10)
+	fenceTTL := strconv.FormatInt(l.ttl.Milliseconds(), 10) // the counter's, as the acquire set it
 	return func(ctx context.Context, i int) {
-		ttl := time.Until(l.Until()).Truncate(time.Millisecond)
+		// The earlier of the old deadline and the new one, which the
+		// round may not have set yet.
+		end := until
+		if u := l.Until(); u.Before(end) {
+			end = u
+		}
+		ttl := time.Until(end).Truncate(time.Millisecond)
+		l.repaired.Store(true) // before reading released: see repaired
 		if ttl <= 0 || l.released.Load() || l.lost.Load() {
 			return
 		}
-		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, append(l.args(ttl, holds), token), mayShed)
+		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, append(l.args(ttl, holds), token, fenceTTL), mayShed)
 	}
 }
 
@@ -447,6 +469,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.holds--
 	if l.holds == 0 {
+		l.lostBeforeRelease = l.lostCause() != nil
 		l.released.Store(true) // before the round: see lateAgreement
 		l.until.Store(0)
 		l.lose(ErrReleased)
@@ -454,7 +477,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	// Not the caller's context: an ended one would send nothing, and the
 	// lock would block everyone until its TTL. The round is bounded by
 	// MasterTimeout.
-	return l.releaseRound(context.WithoutCancel(ctx), l.holds)
+	err := l.releaseRound(context.WithoutCancel(ctx), l.holds)
+	if l.holds == 0 {
+		l.observe(ctx, EventReleased, err)
+	}
+	return err
 }
 
 func (l *Lock) String() string {

@@ -73,6 +73,7 @@ type round struct {
 	slots    []slot
 	replies  chan int
 	decided  chan struct{}
+	start    time.Time // set with an Observer only
 	failed   bool
 	finished chan int     // masters done with their undo; nil without undo
 	running  atomic.Int32 // goroutines still running
@@ -84,6 +85,9 @@ type slot struct {
 	err    error
 	server string // the master's run_id, "" if unknown (see Client.admit)
 	read   bool   // the decider saw this reply before deciding
+	// latency is the time from the round's start to the reply; set only
+	// with an Observer.
+	latency time.Duration
 }
 
 func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
@@ -143,6 +147,9 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		return outcome{}, c.quorumError(ctx, r, false, false, 0) // nothing sent
 	}
 	res := outcome{start: time.Now()}
+	if c.observer != nil {
+		r.start = res.start
+	}
 	// Calls may finish after the decision (a release must still reach slow
 	// masters), so they get longer than the decision, and the caller's
 	// cancellation ends only the decision: a call cut off mid-reply costs
@@ -216,6 +223,9 @@ wait:
 	ok := agreed >= c.quorum
 	expired := ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
 	if ok && !expired {
+		if c.observer != nil {
+			c.observeRound(ctx, r, elapsed, nil, timedOut)
+		}
 		close(r.decided)
 		return res, nil
 	}
@@ -234,7 +244,27 @@ wait:
 		}
 		r.awaitUndo(grace)
 	}
-	return outcome{}, c.quorumError(ctx, r, expired, timedOut, elapsed)
+	qe := c.quorumError(ctx, r, expired, timedOut, elapsed)
+	if c.observer != nil {
+		c.observeRound(ctx, r, elapsed, qe, timedOut)
+	}
+	return outcome{}, qe
+}
+
+// observeRound reports a decided round to the Observer. qe is the round's
+// error, nil if it succeeded.
+func (c *Client) observeRound(ctx context.Context, r *round, elapsed time.Duration, qe *QuorumError, timedOut bool) {
+	o := r.op
+	rd := Round{Op: o.name, Key: o.key, Start: r.start, Elapsed: elapsed}
+	if qe != nil {
+		rd.Masters, rd.Err = qe.Masters, qe
+	} else {
+		rd.Masters, _, _ = c.masterResults(r, timedOut, nil)
+		if o.ttl > 0 {
+			rd.Validity = validity(o.ttl, elapsed, c.driftFactor)
+		}
+	}
+	c.observer.ObserveRound(ctx, rd)
 }
 
 // awaitUndo waits until every master whose agreement the decider saw has
@@ -296,6 +326,9 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 		mode = keep
 	}
 	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, mode)
+	if !r.start.IsZero() {
+		s.latency = time.Since(r.start)
+	}
 	// A timed-out write may still land, and an error reply may come from a
 	// proxy that forwarded the call: only a call surely not sent did not
 	// apply. Where the outcome is unknown, an undo may overtake the call.
@@ -376,18 +409,29 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 		Quorum:   c.quorum,
 		Expired:  expired,
 		Elapsed:  elapsed,
-		Masters:  make([]MasterResult, len(c.nodes)),
 		sentinel: r.op.sentinel,
 		ctxErr:   ctx.Err(),
 	}
-	upgrades := 0
+	var upgrades int
+	e.Masters, e.Agreed, upgrades = c.masterResults(r, timedOut, e.ctxErr)
+	// A stale read entry on a few masters is no upgrade: it takes a quorum.
+	e.upgrade = upgrades >= c.quorum
+	return e
+}
+
+// masterResults reports each master as the decider saw it: what a master
+// that had not answered missed is ctxErr if set, else ErrMasterTimeout if
+// the round timed out, else ErrNoReply. It also counts the agreements and
+// the upgrade replies.
+func (c *Client) masterResults(r *round, timedOut bool, ctxErr error) (ms []MasterResult, agreed, upgrades int) {
+	ms = make([]MasterResult, len(c.nodes))
 	for i := range c.nodes {
 		m := MasterResult{Master: c.nodes[i].name}
 		switch s := &r.slots[i]; {
 		case s.read:
-			m.Agreed, m.Err = s.agreed(), s.err
+			m.Agreed, m.Err, m.Latency = s.agreed(), s.err, s.latency
 			if m.Agreed {
-				e.Agreed++
+				agreed++
 			}
 			switch {
 			case s.err == nil && s.val == replyUpgrade:
@@ -399,16 +443,14 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 					m.Err = ErrHeldElsewhere
 				}
 			}
-		case e.ctxErr != nil:
-			m.Err = e.ctxErr
+		case ctxErr != nil:
+			m.Err = ctxErr
 		case timedOut:
 			m.Err = ErrMasterTimeout
 		default:
 			m.Err = ErrNoReply
 		}
-		e.Masters[i] = m
+		ms[i] = m
 	}
-	// A stale read entry on a few masters is no upgrade: it takes a quorum.
-	e.upgrade = upgrades >= c.quorum
-	return e
+	return ms, agreed, upgrades
 }

@@ -95,8 +95,12 @@ type Options struct {
 	// where no other lock is: so a lock held for long does not erode as
 	// masters restart one after another. Repaired masters never count
 	// toward the extend that repaired them, and an expired lock is never
-	// set again.
+	// set again. Read locks are not repaired.
 	NoRepair bool
+
+	// Observer, if not nil, receives every quorum round and every lock
+	// event (see Observer). Default: nil, and then nothing is measured.
+	Observer Observer
 
 	// NewValue returns the value that identifies one acquisition. It must be
 	// unique across all clients and unguessable, and must not return "". A
@@ -117,6 +121,7 @@ type Client struct {
 	prefix        string
 	fencing       bool
 	noRepair      bool
+	observer      Observer
 	newValue      func() (string, error)
 	epoch         time.Time // monotonic origin of Lock deadlines
 
@@ -178,6 +183,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		prefix:        opts.KeyPrefix,
 		fencing:       !opts.NoFencing,
 		noRepair:      opts.NoRepair,
+		observer:      opts.Observer,
 		newValue:      opts.NewValue,
 		epoch:         time.Now(),
 		watches:       map[string]*watch{},

@@ -14,8 +14,9 @@
 --   ARGV[4] acquire only: "0" for no fencing token, else the proposed token
 --   (the client's clock in microseconds), ARGV[5] write-wait TTL (ms),
 --   0 for a writer that will not wait, ARGV[6] nonce of the Lock,
---   ARGV[7] releases only: "1" to leave a marker if nothing is found (see
---   below); repair only: the Lock's token.
+--   ARGV[7] releases only: "1" to leave a marker if nothing is found, "2"
+--   to leave it in any case (see below); repair only: the Lock's token, and
+--   ARGV[8] the TTL (ms) its fencing counter is kept for.
 -- A section named "--- name @lib" starts with section "@lib" (helpers).
 -- The nonce is random per Lock value in Go: an owner may take a lock again
 -- with a new Lock while an old one's late calls are still under way, and
@@ -59,8 +60,8 @@ end
 
 -- nextToken hands out this master's next token for counter key fence,
 -- given the client's proposal and the TTL (ms). It returns nil and an
--- error, leaving the counter as it was, when the counter is not an integer
--- or is the largest int64.
+-- error, leaving the counter's value as it was (it now expires), when the
+-- counter is not an integer or is the largest int64.
 local function nextToken(fence, proposal, ttl)
   local t = redis.call('TIME')
   local now, slack = t[1] * 1000000 + t[2], ttl * 250
@@ -143,7 +144,8 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 -- After an extend that a quorum decided without this master, sets the
 -- lock again here where this master lost it (it restarted empty, or the
 -- key expired): never where any lock, reader or marker of this Lock is. A
--- later release deletes it as anywhere else. ARGV[7] is the Lock's token.
+-- later release deletes it, and leaves a marker there (ARGV[7] "2"): a
+-- timed-out acquire or another repair that lands later is refused.
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
 if KEYS[3] then
   local t = redis.call('TIME')
@@ -152,14 +154,15 @@ if KEYS[3] then
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if ARGV[4] ~= '0' then raiseFence(KEYS[2], ARGV[7], tonumber(ARGV[2])) end
+if ARGV[4] ~= '0' then raiseFence(KEYS[2], ARGV[7], tonumber(ARGV[8])) end
 return 1
 
 --- release
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
+local gone = KEYS[1] .. ':gone:' .. ARGV[6]
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
-  if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+  if ARGV[7] then redis.call('SET', gone, '1', 'PX', ARGV[2]) end
   return 0
 end
 if tonumber(ARGV[3]) > 0 then
@@ -167,6 +170,7 @@ if tonumber(ARGV[3]) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
+if ARGV[7] == '2' then redis.call('SET', gone, '1', 'PX', ARGV[2]) end
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
 

@@ -94,6 +94,9 @@ func (l *Lock) loseLocked(err error) {
 	}
 	l.lostErr = err
 	l.lost.Store(true)
+	if err != ErrReleased { // the sentinel itself: Release reports its own event
+		l.observe(context.Background(), EventLost, err)
+	}
 	if s := l.sig; s != nil {
 		s.timer.Stop()
 		close(s.done)
@@ -199,6 +202,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 		err := l.extend(ctx, ttl, "renew")
 		switch {
 		case err == nil:
+			l.observe(ctx, EventRenewed, nil)
 			wait = time.Until(l.Until()) - 2*ttl/3
 		case ctx.Err() != nil:
 			return
@@ -210,6 +214,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			l.lose(err)
 			return
 		default:
+			l.observe(ctx, EventRenewalFailed, err)
 			wait = retry
 		}
 		timer.Reset(max(wait, 0))

@@ -51,6 +51,13 @@ func TestExtendRepairsMastersThatLostTheLock(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	require.NoError(t, c.Close())
 	assert.Equal(t, []string{"", "other", "", "", ""}, values(t, cl, "job"))
+	// After a repair the release leaves a marker wherever it deletes, so
+	// that a timed-out acquire or a second repair landing later is refused.
+	for i := range cl.Masters {
+		n, err := cl.Admin(i).Exists(ctx, "{job}:gone:"+stored["nonce"]).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "marker on master %d", i)
+	}
 	lose(t, cl, 1, "job")
 	assertEmpty(t, cl)
 }

@@ -280,22 +280,24 @@ func (r RollingRestart) Run(ctx context.Context, env *Env) error {
 	return nil
 }
 
-// ClockJump starts masters 0..Count-1 on one libfaketime clock file and
-// moves their clocks forward by Jump every Period, all together: a minority
-// whose clock steps ahead (an NTP step, a resumed VM) expires keys early.
-// Within Redlock's assumptions while Count is a minority. Make it with
-// NewClockJump; Close removes the clock file once the masters are gone.
+// ClockJump starts masters 0..Count-1 on one libfaketime clock file, and
+// every Period moves their clocks forward by Jump, all together, and back
+// after Back: a minority whose clock steps ahead (an NTP step, a resumed
+// VM) expires keys early. Within Redlock's assumptions while Count is a
+// minority, and within fencing's (README, assumption 4) while Jump is
+// below a quarter of the TTL. Make it with NewClockJump; Close removes the
+// clock file once the masters are gone.
 type ClockJump struct {
-	Count        int
-	Jump, Period time.Duration
+	Count              int
+	Jump, Back, Period time.Duration
 
 	dir   string
 	clock *ClockFile
 }
 
 // NewClockJump returns a ClockJump; nothing is created before the run.
-func NewClockJump(count int, jump, period time.Duration) *ClockJump {
-	return &ClockJump{Count: count, Jump: jump, Period: period}
+func NewClockJump(count int, jump, back, period time.Duration) *ClockJump {
+	return &ClockJump{Count: count, Jump: jump, Back: back, Period: period}
 }
 
 // ProcessOptions creates the clock file and preloads libfaketime into the
@@ -320,14 +322,18 @@ func (j *ClockJump) ProcessOptions(Config) (integration.ProcessOptions, error) {
 	}}, nil
 }
 
-// Run jumps the clocks until ctx ends.
+// Run jumps the clocks until ctx ends, and leaves them right.
 func (j *ClockJump) Run(ctx context.Context, env *Env) error {
-	for offset := j.Jump; Sleep(ctx, j.Period); offset += j.Jump {
-		if err := j.clock.Set(offset); err != nil {
+	for Sleep(ctx, j.Period) {
+		if err := j.clock.Set(j.Jump); err != nil {
 			return fmt.Errorf("nemesis: %w", err)
 		}
 		for i := range j.Count {
 			env.Fault("clock of %s jumps %v forward", env.Cluster.Masters[i].Name(), j.Jump)
+		}
+		Sleep(ctx, j.Back)
+		if err := j.clock.Set(0); err != nil {
+			return fmt.Errorf("nemesis: %w", err)
 		}
 	}
 	return nil

@@ -390,6 +390,9 @@ func (w *worker) section(s *Section, l *redlock.Lock) {
 		return
 	}
 	if s.Shared {
+		// A writer inside the read hold would show here.
+		s.ReadAgain, _, err = w.res.Read(s.Fence)
+		s.ReadAgainOK = err == nil
 		return
 	}
 	at, err = w.res.Write(s.Fence, v+1)

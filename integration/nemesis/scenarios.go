@@ -126,9 +126,9 @@ func Scenarios(s Scale) []Scenario {
 			Description: "One master's clock runs 0.5% fast (libfaketime), within the 1% drift allowance; sections use their whole lease (until 50ms before validity ends, TTL 500ms).",
 		},
 		{
-			Name: "clock-jump-minority", Safe: true, Config: with(base(), func(c *Config) { c.Hold = 20 * time.Millisecond }),
-			Nemesis:     NewClockJump(2, 2*time.Second, 700*time.Millisecond),
-			Description: "The clocks of 2 of 5 masters jump 2s (twice the TTL) forward every 700ms (libfaketime): the keys there expire at once, under held locks too (20ms sections).",
+			Name: "clock-jump-minority", Safe: true, Config: lease(),
+			Nemesis:     NewClockJump(2, 5*time.Millisecond, 300*time.Millisecond, 700*time.Millisecond),
+			Description: "Every 700ms the clocks of 2 of 5 masters jump 5ms forward (libfaketime), and back 300ms later: within the drift allowance (TTL 500ms x 0.01 + 2ms = 7ms), the most a jump may take. Sections use their whole lease (until 50ms before validity ends).",
 		},
 		{
 			Name: "restart-delayed", Safe: true, Config: holding(),

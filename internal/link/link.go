@@ -39,4 +39,9 @@ var (
 	// the order of scripts.lua: the main key (also the channel releases
 	// are published on), ":fence", and for rw ":r", ":rn", ":ww".
 	LockKeys func(prefix, name string, rw bool) []string
+
+	// ObserveWait reports to client's Observer, if any, that a blocking
+	// lock call on key waited for waited and then got l (a
+	// *redlock.Lock) or stopped with err.
+	ObserveWait func(ctx context.Context, client any, key string, waited time.Duration, l any, err error)
 )

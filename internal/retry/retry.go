@@ -75,9 +75,12 @@ func orDefault(v, def time.Duration) time.Duration {
 // then retries on each wake-up or when the fallback timer fires. Waiters
 // for an exclusive lock (not wakeAll) in one process take turns. If ctx
 // ends first, the error matches ctx.Err() and tells the last attempt's
-// outcome. With opts.AutoRenew the lock is renewed from then on.
+// outcome. With opts.AutoRenew the lock is renewed from then on. When the
+// first attempt found the lock held, the wait is reported to the client's
+// Observer.
 func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
+	start := time.Now() // a wait for a turn counts as waiting
 	if !wakeAll {
 		done, err := takeTurn(ctx, c, key)
 		if err != nil {
@@ -88,6 +91,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	l, err := try(ctx)
 	if retryable(ctx, err) {
 		l, err = wait(ctx, c, key, wakeAll, opts, try)
+		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
 		return nil, err

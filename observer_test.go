@@ -1,0 +1,124 @@
+package redlock
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is an Observer that keeps what it is told.
+type recorder struct {
+	mu     sync.Mutex
+	rounds []Round
+	events []Event
+}
+
+func (r *recorder) ObserveRound(_ context.Context, rd Round) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rounds = append(r.rounds, rd)
+}
+
+func (r *recorder) ObserveEvent(_ context.Context, e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) kinds() []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []EventKind
+	for _, e := range r.events {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestObserverSeesRoundsAndEvents(t *testing.T) {
+	rec := &recorder{}
+	c := newFakeClient(t, fakes(3), &Options{Observer: rec})
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "k", time.Second)
+	require.NoError(t, err)
+	_, err = c.Acquire(ctx, "k", time.Second)
+	require.ErrorIs(t, err, ErrNotObtained)
+	require.NoError(t, l.Extend(ctx, time.Second))
+	require.NoError(t, l.Release(ctx))
+
+	rec.mu.Lock()
+	rounds := rec.rounds
+	rec.mu.Unlock()
+	require.Len(t, rounds, 4)
+	for i, op := range []string{"acquire", "acquire", "extend", "release"} {
+		assert.Equal(t, op, rounds[i].Op)
+		assert.Equal(t, "k", rounds[i].Key)
+		assert.Len(t, rounds[i].Masters, 3)
+		assert.Positive(t, rounds[i].Elapsed)
+	}
+	ok := rounds[0]
+	assert.NoError(t, ok.Err)
+	assert.Positive(t, ok.Validity)
+	assert.LessOrEqual(t, ok.Validity, time.Second)
+	answered := 0
+	for _, m := range ok.Masters {
+		if m.Agreed {
+			answered++
+			assert.Positive(t, m.Latency)
+			assert.LessOrEqual(t, m.Latency, ok.Elapsed)
+		}
+	}
+	assert.GreaterOrEqual(t, answered, 2)
+	refused := rounds[1]
+	var qe *QuorumError
+	require.ErrorAs(t, refused.Err, &qe)
+	assert.Zero(t, refused.Validity)
+
+	assert.Equal(t, []EventKind{EventAcquired, EventReleased}, rec.kinds())
+	rec.mu.Lock()
+	acquired := rec.events[0]
+	rec.mu.Unlock()
+	assert.Equal(t, l.Token(), acquired.Token)
+	assert.Positive(t, acquired.Token)
+	assert.False(t, acquired.Until.IsZero())
+}
+
+func TestObserverSeesRenewalAndLoss(t *testing.T) {
+	rec := &recorder{}
+	fs := fakes(3)
+	c := newFakeClient(t, fs, &Options{Observer: rec, MasterTimeout: 50 * time.Millisecond})
+	l, err := c.Acquire(context.Background(), "k", 300*time.Millisecond)
+	require.NoError(t, err)
+	l.AutoRenew()
+	require.Eventually(t, func() bool { return slices.Contains(rec.kinds(), EventRenewed) },
+		5*time.Second, time.Millisecond, "renewed")
+	assert.Equal(t, EventAcquired, rec.kinds()[0])
+	for _, f := range fs {
+		f.mu.Lock()
+		f.err = assert.AnError // every master fails from now on
+		f.mu.Unlock()
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock was not lost")
+	}
+	kinds := rec.kinds()
+	assert.Contains(t, kinds, EventRenewalFailed)
+	assert.Equal(t, EventLost, kinds[len(kinds)-1])
+	rec.mu.Lock()
+	lost := rec.events[len(rec.events)-1]
+	rec.mu.Unlock()
+	require.ErrorIs(t, lost.Err, ErrNotHeld)
+}
+
+func TestEventKindString(t *testing.T) {
+	assert.Equal(t, "renewal_failed", EventRenewalFailed.String())
+	assert.Equal(t, "unknown", EventKind(0).String())
+}
