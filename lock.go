@@ -199,8 +199,11 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		return fmt.Errorf("%w: acquire %q: lost meanwhile: %w", ErrNotObtained, l.key, err)
 	}
 	l.holds = holds
-	if holds == 1 {
+	if holds == 1 && c.observer != nil {
 		l.observe(ctx, EventAcquired, nil)
+		// Tracked, so that its loss is reported whatever ends it:
+		// validity run out, renewal failed, or Client.Close.
+		l.signal()
 	}
 	return nil
 }

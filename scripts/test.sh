@@ -35,9 +35,9 @@ check_gofmt() {
 }
 
 # The library (root) and the nested modules that hold the harness, the
-# tests against real masters, the commands, the benchmarks and the rueidis
-# adapter.
-modules=(. integration cmd/redlock cmd/reliability bench rueidisadapter)
+# tests against real masters, the commands, the benchmarks, and the adapters
+# with dependencies of their own (rueidis, OpenTelemetry).
+modules=(. integration cmd/redlock cmd/reliability bench rueidisadapter otelredlock)
 
 vet_all() {
 	local m
@@ -78,7 +78,8 @@ run_step "go vet (every module)" vet_all
 run_step "staticcheck (every module)" staticcheck_all
 run_step "go test -race (library, examples)" race . ./...
 run_step "go test -race (integration, processes)" race integration ./...
-run_step "go test -race (demo)" race cmd/redlock ./...
+run_step "go test -race (demo, operations commands)" race cmd/redlock ./...
+run_step "go test -race (OpenTelemetry adapter)" race otelredlock ./...
 run_step "go test -race (bench helpers)" race bench ./...
 
 # The integration tests again, on five containerized masters (an image

@@ -1,0 +1,191 @@
+// Package otelredlock records what a redlock.Client does as OpenTelemetry
+// metrics and traces: set the Observer that New returns as
+// redlock.Options.Observer.
+//
+// Metrics (attributes in brackets; the lock's key only with
+// Options.KeyAttribute, as keys are unbounded):
+//
+//	redlock.acquire.duration   histogram, s   time to decide an acquire round [redlock.outcome]
+//	redlock.wait.duration      histogram, s   how long a blocking Lock waited [redlock.outcome]
+//	redlock.locks.held         up-down counter locks acquired and not yet released or lost
+//	redlock.locks.lost         counter        locks lost before their release
+//	redlock.renewal.failures   counter        failed auto-renewal rounds
+//	redlock.master.duration    histogram, s   one master's answer [redlock.master, redlock.op, redlock.result]
+//	redlock.master.errors      counter        masters that failed or did not answer in time [redlock.master, redlock.op]
+//
+// Each round is a span "redlock <op>" (child of the caller's span, with the
+// round's own start and end), with the key, the outcome and the
+// agreements as attributes; lock events are span events on the caller's
+// span when there is one.
+package otelredlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/go-redlock/redlock"
+)
+
+// ScopeName is the instrumentation scope of the meter and the tracer.
+const ScopeName = "github.com/go-redlock/redlock/otelredlock"
+
+// Options configure New. The zero value, and nil, select the defaults.
+type Options struct {
+	// MeterProvider and TracerProvider default to otel's global ones.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// KeyAttribute adds the lock's key (redlock.key) to the metrics too.
+	// Default: false, the key is on spans only.
+	KeyAttribute bool
+}
+
+// Observer is a redlock.Observer. It is safe for concurrent use.
+type Observer struct {
+	tracer  trace.Tracer
+	withKey bool
+
+	acquire, wait, master    metric.Float64Histogram
+	held                     metric.Int64UpDownCounter
+	lost, renewFails, errors metric.Int64Counter
+}
+
+var _ redlock.Observer = (*Observer)(nil)
+
+// New returns an Observer that records to the providers of opts. It fails
+// only if an instrument cannot be created.
+func New(opts *Options) (*Observer, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	mp, tp := opts.MeterProvider, opts.TracerProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(ScopeName)
+	o := &Observer{tracer: tp.Tracer(ScopeName), withKey: opts.KeyAttribute}
+	var errs []error
+	hist := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return h
+	}
+	count := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	o.acquire = hist("redlock.acquire.duration", "Time to decide an acquire round.")
+	o.wait = hist("redlock.wait.duration", "How long a blocking Lock waited for a held lock.")
+	o.master = hist("redlock.master.duration", "Time one master took to answer a round.")
+	o.lost = count("redlock.locks.lost", "Locks lost before their release.")
+	o.renewFails = count("redlock.renewal.failures", "Failed auto-renewal rounds.")
+	o.errors = count("redlock.master.errors", "Masters that failed or did not answer a round in time.")
+	held, err := m.Int64UpDownCounter("redlock.locks.held", metric.WithDescription("Locks acquired and not yet released or lost."))
+	o.held = held
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return nil, fmt.Errorf("otelredlock: %w", err)
+	}
+	return o, nil
+}
+
+// keyAttrs returns the metric attributes for key: none unless asked.
+func (o *Observer) keyAttrs(key string, more ...attribute.KeyValue) metric.MeasurementOption {
+	if o.withKey {
+		more = append(more, attribute.String("redlock.key", key))
+	}
+	return metric.WithAttributes(more...)
+}
+
+func outcome(err error) attribute.KeyValue {
+	if err != nil {
+		return attribute.String("redlock.outcome", "failed")
+	}
+	return attribute.String("redlock.outcome", "ok")
+}
+
+// ObserveRound records the round's span, its duration if it is an
+// acquire, and each master's latency and errors.
+func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
+	end := r.Start.Add(r.Elapsed)
+	agreed := 0
+	op := attribute.String("redlock.op", r.Op)
+	for _, m := range r.Masters {
+		master := attribute.String("redlock.master", m.Master)
+		result := "agreed"
+		switch {
+		case m.Agreed:
+			agreed++
+		case isRefusal(m.Err):
+			result = "refused"
+		default:
+			result = "error"
+			o.errors.Add(ctx, 1, o.keyAttrs(r.Key, master, op))
+		}
+		if m.Latency > 0 {
+			o.master.Record(ctx, m.Latency.Seconds(), o.keyAttrs(r.Key, master, op, attribute.String("redlock.result", result)))
+		}
+	}
+	if r.Op == "acquire" {
+		o.acquire.Record(ctx, r.Elapsed.Seconds(), o.keyAttrs(r.Key, outcome(r.Err)))
+	}
+	_, span := o.tracer.Start(ctx, "redlock "+r.Op, trace.WithTimestamp(r.Start), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(op, attribute.String("redlock.key", r.Key), outcome(r.Err),
+			attribute.Int("redlock.masters", len(r.Masters)), attribute.Int("redlock.agreed", agreed)))
+	if r.Validity > 0 {
+		span.SetAttributes(attribute.Int64("redlock.validity_ms", r.Validity.Milliseconds()))
+	}
+	if r.Err != nil {
+		span.SetStatus(codes.Error, r.Err.Error())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// isRefusal reports whether a master answered no, as opposed to failing.
+func isRefusal(err error) bool {
+	return errors.Is(err, redlock.ErrHeldElsewhere) || errors.Is(err, redlock.ErrNotHeld) || errors.Is(err, redlock.ErrUpgrade)
+}
+
+// ObserveEvent counts the event and adds it to the caller's span.
+func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
+	switch e.Kind {
+	case redlock.EventAcquired:
+		o.held.Add(ctx, 1, o.keyAttrs(e.Key))
+	case redlock.EventReleased:
+		if !e.WasLost {
+			o.held.Add(ctx, -1, o.keyAttrs(e.Key))
+		}
+	case redlock.EventLost:
+		o.held.Add(ctx, -1, o.keyAttrs(e.Key))
+		o.lost.Add(ctx, 1, o.keyAttrs(e.Key))
+	case redlock.EventRenewalFailed:
+		o.renewFails.Add(ctx, 1, o.keyAttrs(e.Key))
+	case redlock.EventWaited:
+		o.wait.Record(ctx, e.Wait.Seconds(), o.keyAttrs(e.Key, outcome(e.Err)))
+	}
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{attribute.String("redlock.key", e.Key)}
+	if e.Token != 0 {
+		attrs = append(attrs, attribute.Int64("redlock.token", int64(e.Token))) // at most the largest int64
+	}
+	if e.Kind == redlock.EventWaited {
+		attrs = append(attrs, attribute.Int64("redlock.wait_ms", e.Wait.Milliseconds()))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, attribute.String("redlock.error", e.Err.Error()))
+	}
+	span.AddEvent("redlock."+e.Kind.String(), trace.WithAttributes(attrs...), trace.WithTimestamp(time.Now()))
+}
