@@ -35,9 +35,10 @@ check_gofmt() {
 }
 
 # The library (root) and the nested modules that hold the harness, the
-# tests against real masters, the commands, the benchmarks, and the adapters
-# with dependencies of their own (rueidis, OpenTelemetry).
-modules=(. integration cmd/redlock cmd/reliability bench rueidisadapter otelredlock)
+# tests against real masters, the commands, the benchmarks, the adapters
+# with dependencies of their own (rueidis, OpenTelemetry), and the test kit
+# with its example user module.
+modules=(. integration cmd/redlock cmd/reliability bench rueidisadapter otelredlock redlocktest redlocktest/example)
 
 vet_all() {
 	local m
@@ -80,6 +81,24 @@ run_step "go test -race (library, examples)" race . ./...
 run_step "go test -race (integration, processes)" race integration ./...
 run_step "go test -race (demo, operations commands)" race cmd/redlock ./...
 run_step "go test -race (OpenTelemetry adapter)" race otelredlock ./...
+run_step "go test -race (redlocktest: conformance on the kit and on redis-server)" race redlocktest ./...
+
+# A user's test with redlocktest needs no Redis binary: run the example
+# module with a PATH that holds only go (and no cgo, so no C compiler).
+example_without_redis() {
+	local bin
+	bin=$(mktemp -d)
+	ln -s "$(command -v go)" "$bin/go"
+	if env PATH="$bin" /bin/sh -c 'command -v redis-server' >/dev/null; then
+		echo "redis-server is still on the test PATH" >&2
+		return 1
+	fi
+	local rc=0
+	(cd redlocktest/example && env PATH="$bin" CGO_ENABLED=0 go test -count=1 ./...) || rc=$?
+	rm -rf "$bin"
+	return $rc
+}
+run_step "go test (redlocktest example, no redis-server on PATH)" example_without_redis
 run_step "go test -race (bench helpers)" race bench ./...
 
 # The integration tests again, on five containerized masters (an image

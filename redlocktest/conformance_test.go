@@ -1,0 +1,243 @@
+package redlocktest_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/mutex"
+	"github.com/go-redlock/redlock/redlocktest"
+	"github.com/go-redlock/redlock/rwmutex"
+)
+
+// master is what the suite does to a master: redlocktest.Master and the
+// harness's redis-server processes both have these.
+type master interface {
+	Kill(context.Context) error
+	Restart(context.Context) error
+	Pause(context.Context) error
+	Resume(context.Context) error
+}
+
+// backend starts n masters for one test and returns a client per master
+// and the masters.
+type backend func(t *testing.T, n int) ([]*redis.Client, []master)
+
+func kit(t *testing.T, n int) ([]*redis.Client, []master) {
+	ms := redlocktest.NewMasters(t, n)
+	out := make([]master, n)
+	for i, m := range ms {
+		out[i] = m
+	}
+	return redlocktest.Clients(ms), out
+}
+
+func redisServer(t *testing.T, n int) ([]*redis.Client, []master) {
+	c := harness.NewProcessCluster(t, n, harness.ProcessOptions{})
+	out := make([]master, n)
+	for i, m := range c.Masters {
+		out[i] = m
+	}
+	return c.Clients(), out
+}
+
+// TestConformance runs the same lock tests on redlocktest's masters and on
+// real redis-server processes, so that the kit cannot drift from the real
+// thing.
+func TestConformance(t *testing.T) {
+	for name, b := range map[string]backend{"redlocktest": kit, "redis-server": redisServer} {
+		t.Run(name, func(t *testing.T) {
+			for _, tc := range suite {
+				t.Run(tc.name, func(t *testing.T) { tc.run(t, b) })
+			}
+		})
+	}
+}
+
+func newClient(t *testing.T, clients []*redis.Client) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(clients, &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	return c
+}
+
+// leftKeys returns the keys on every master but fencing counters and
+// release markers (which expire).
+func leftKeys(t *testing.T, clients []*redis.Client) []string {
+	t.Helper()
+	var left []string
+	for _, c := range clients {
+		keys, err := c.Keys(context.Background(), "*").Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			if !strings.HasSuffix(k, ":fence") && !strings.Contains(k, ":gone:") {
+				left = append(left, k)
+			}
+		}
+	}
+	return left
+}
+
+var suite = []struct {
+	name string
+	run  func(t *testing.T, b backend)
+}{
+	{"exclusive", func(t *testing.T, b backend) {
+		clients, _ := b(t, 3)
+		a, other := newClient(t, clients), newClient(t, clients)
+		ctx := t.Context()
+		l, err := a.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err)
+		_, err = other.Acquire(ctx, "job", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		require.NoError(t, l.Extend(ctx, 10*time.Second))
+		require.NoError(t, l.Release(ctx))
+		l2, err := other.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err)
+		assert.Greater(t, l2.Token(), l.Token(), "fencing tokens grow")
+		require.NoError(t, l2.Release(ctx))
+		require.NoError(t, a.Close())
+		require.NoError(t, other.Close())
+		assert.Empty(t, leftKeys(t, clients))
+	}},
+	{"expires in real time", func(t *testing.T, b backend) {
+		clients, _ := b(t, 3)
+		a, other := newClient(t, clients), newClient(t, clients)
+		ctx := t.Context()
+		start := time.Now()
+		_, err := a.Acquire(ctx, "job", 300*time.Millisecond)
+		require.NoError(t, err)
+		_, err = other.Acquire(ctx, "job", time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained, "held")
+		require.Eventually(t, func() bool {
+			l, err := other.Acquire(ctx, "job", time.Second)
+			return err == nil && l.Release(ctx) == nil
+		}, 5*time.Second, 20*time.Millisecond, "free once the TTL ran out")
+		assert.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "not before the TTL")
+	}},
+	{"reentrant", func(t *testing.T, b backend) {
+		clients, _ := b(t, 3)
+		c := newClient(t, clients)
+		ctx := t.Context()
+		l, err := c.AcquireAs(ctx, "job", "owner-1", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, l.Reenter(ctx))
+		assert.Equal(t, 2, l.Holds())
+		_, err = c.AcquireAs(ctx, "job", "owner-2", 10*time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		require.NoError(t, l.Release(ctx))
+		require.NoError(t, l.Release(ctx))
+		require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
+	}},
+	{"read-write", func(t *testing.T, b backend) {
+		clients, _ := b(t, 3)
+		c := newClient(t, clients)
+		ctx := t.Context()
+		m, err := rwmutex.New(c, "doc", &rwmutex.Options{TTL: 10 * time.Second})
+		require.NoError(t, err)
+		require.NoError(t, m.RLock(ctx, "r1"))
+		require.NoError(t, m.RLock(ctx, "r2"), "readers share")
+		require.ErrorIs(t, m.TryLock(ctx, "w"), redlock.ErrNotObtained, "a writer waits for readers")
+		require.NoError(t, m.RUnlock(ctx, "r1"))
+		require.NoError(t, m.RUnlock(ctx, "r2"))
+		require.NoError(t, m.Lock(ctx, "w"))
+		require.ErrorIs(t, m.TryRLock(ctx, "r3"), redlock.ErrNotObtained, "readers wait for the writer")
+		require.NoError(t, m.Unlock(ctx, "w"))
+	}},
+	{"wake on release", func(t *testing.T, b backend) {
+		clients, _ := b(t, 3)
+		ctx := t.Context()
+		holder, err := mutex.New(newClient(t, clients), "job", &mutex.Options{TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, holder.Lock(ctx))
+		waiter, err := mutex.New(newClient(t, clients), "job", &mutex.Options{TTL: time.Minute, MinRetryDelay: 5 * time.Second, MaxRetryDelay: 10 * time.Second})
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		time.Sleep(100 * time.Millisecond) // it found the lock held and waits
+		require.NoError(t, holder.Unlock(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Second): // its retry delay is 5s and more: only the wake-up is this fast
+			t.Fatal("the release did not wake the waiter")
+		}
+		require.NoError(t, waiter.Unlock(ctx))
+	}},
+	{"killed and restarted masters", func(t *testing.T, b backend) {
+		clients, ms := b(t, 3)
+		c := newClient(t, clients)
+		ctx := t.Context()
+		require.NoError(t, ms[0].Kill(ctx))
+		l, err := c.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err, "two of three masters")
+		// Back empty, without its scripts: the extend repairs it.
+		require.NoError(t, ms[0].Restart(ctx))
+		require.NoError(t, l.Extend(ctx, 10*time.Second))
+		require.Eventually(t, func() bool {
+			n, err := clients[0].Exists(ctx, "{job}").Result()
+			return err == nil && n == 1
+		}, 5*time.Second, 10*time.Millisecond, "repaired on the restarted master")
+		require.NoError(t, l.Release(ctx))
+
+		require.NoError(t, ms[0].Kill(ctx))
+		require.NoError(t, ms[1].Kill(ctx))
+		_, err = c.Acquire(ctx, "other", 10*time.Second)
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe, "one of three")
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+	}},
+	{"paused master", func(t *testing.T, b backend) {
+		clients, ms := b(t, 3)
+		c := newClient(t, clients)
+		ctx := t.Context()
+		require.NoError(t, ms[2].Pause(ctx))
+		start := time.Now()
+		l, err := c.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err, "the other two")
+		assert.Less(t, time.Since(start), 5*time.Second)
+		require.NoError(t, ms[2].Resume(ctx))
+		require.NoError(t, l.Release(ctx))
+		_, err = c.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err)
+	}},
+}
+
+// TestSlowMaster: a master slower than MasterTimeout does not hold a round
+// back, and its slowness shows as ErrMasterTimeout when it is needed.
+func TestSlowMaster(t *testing.T) {
+	ms := redlocktest.NewMasters(t, 3)
+	c := newClient(t, redlocktest.Clients(ms))
+	ctx := t.Context()
+	ms[0].Slow(time.Second)
+	start := time.Now()
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 900*time.Millisecond, "decided without the slow master")
+	require.NoError(t, l.Release(ctx))
+	ms[1].Slow(time.Second)
+	_, err = c.Acquire(ctx, "other", 10*time.Second)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.True(t, errors.Is(qe.Masters[0].Err, redlock.ErrMasterTimeout) && errors.Is(qe.Masters[1].Err, redlock.ErrMasterTimeout), "%v", err)
+	ms[0].Slow(0)
+	ms[1].Slow(0)
+}
+
+// TestKitDifferences pins what the kit does not do like redis-server.
+func TestKitDifferences(t *testing.T) {
+	ms := redlocktest.NewMasters(t, 3)
+	c := newClient(t, redlocktest.Clients(ms))
+	err := c.Verify(t.Context())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cannot be identified", "miniredis's INFO has no run_id nor role")
+}

@@ -1,0 +1,61 @@
+package nightly_test
+
+import (
+	"testing"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/redlocktest"
+
+	"example.com/nightly"
+)
+
+// A user's unit test: five in-process masters, no redis-server needed.
+func TestOnlyOneInstanceRuns(t *testing.T) {
+	masters := redlocktest.NewMasters(t, 5)
+	newRunner := func() *nightly.Runner {
+		c, err := redlock.New(redlocktest.Clients(masters), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		r, err := nightly.NewRunner(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := newRunner(), newRunner()
+
+	release := make(chan struct{})
+	held := make(chan error, 1)
+	if ran, err := a.RunOnce(t.Context()); !ran || err != nil {
+		t.Fatalf("alone, it runs: %v %v", ran, err)
+	}
+	go func() { held <- b.Hold(t.Context(), release) }()
+	for i := 0; ; i++ {
+		ran, err := a.RunOnce(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ran {
+			break // b holds the lock now
+		}
+		if i == 1000 {
+			t.Fatal("b never got the lock")
+		}
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+
+	// A master down is survived: three of five remain after two.
+	for _, m := range masters[:2] {
+		if err := m.Kill(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ran, err := a.RunOnce(t.Context()); !ran || err != nil {
+		t.Fatalf("with two masters down: %v %v", ran, err)
+	}
+}
