@@ -472,10 +472,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.holds--
 	if l.holds == 0 {
-		l.lostBeforeRelease = l.lostCause() != nil
 		l.released.Store(true) // before the round: see lateAgreement
 		l.until.Store(0)
-		l.lose(ErrReleased)
+		l.sigMu.Lock() // one step, so that no loss comes between
+		l.lostBeforeRelease = l.lostErr != nil
+		l.loseLocked(ErrReleased)
+		l.sigMu.Unlock()
 	}
 	// Not the caller's context: an ended one would send nothing, and the
 	// lock would block everyone until its TTL. The round is bounded by

@@ -223,10 +223,10 @@ wait:
 	ok := agreed >= c.quorum
 	expired := ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
 	if ok && !expired {
-		if c.observer != nil {
+		close(r.decided)
+		if c.observer != nil { // reads only the slots read above
 			c.observeRound(ctx, r, elapsed, nil, timedOut)
 		}
-		close(r.decided)
 		return res, nil
 	}
 	r.failed = true

@@ -11,7 +11,7 @@
 //	redlock.locks.lost         counter        locks lost before their release
 //	redlock.renewal.failures   counter        failed auto-renewal rounds
 //	redlock.master.duration    histogram, s   one master's answer [redlock.master, redlock.op, redlock.result]
-//	redlock.master.errors      counter        masters that failed or did not answer in time [redlock.master, redlock.op]
+//	redlock.master.errors      counter        masters that failed or timed out [redlock.master, redlock.op]
 //
 // Each round is a span "redlock <op>" (child of the caller's span, with the
 // round's own start and end), with the key, the outcome and the
@@ -128,6 +128,8 @@ func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 			agreed++
 		case isRefusal(m.Err):
 			result = "refused"
+		case errors.Is(m.Err, redlock.ErrNoReply), errors.Is(m.Err, context.Canceled), errors.Is(m.Err, context.DeadlineExceeded):
+			result = "pending" // not heard before the decision: no fault of the master's
 		default:
 			result = "error"
 			o.errors.Add(ctx, 1, o.keyAttrs(r.Key, master, op))

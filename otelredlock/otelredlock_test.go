@@ -102,6 +102,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	assert.Equal(t, int64(1), sum(t, got["redlock.locks.lost"]))
 	assert.Positive(t, histCount(t, got["redlock.master.duration"]))
 	assert.NotContains(t, got, "redlock.renewal.failures", "nothing recorded, nothing exported")
+	assert.NotContains(t, got, "redlock.master.errors", "healthy masters; those not heard before a decision are no errors")
 	for name, a := range got {
 		if h, ok := a.(metricdata.Histogram[float64]); ok {
 			for _, p := range h.DataPoints {

@@ -20,6 +20,7 @@ package redlocktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -131,8 +132,12 @@ func (m *Master) Running() bool { return m.Miniredis() != nil }
 // master does nothing. The context is not used: it returns at once.
 func (m *Master) Kill(context.Context) error {
 	m.mu.Lock()
-	srv := m.srv
-	m.srv = nil
+	defer m.mu.Unlock()
+	m.killLocked()
+	return nil
+}
+
+func (m *Master) killLocked() {
 	for c := range m.conns {
 		_ = c.Close()
 	}
@@ -140,22 +145,22 @@ func (m *Master) Kill(context.Context) error {
 		close(m.paused)
 		m.paused = nil
 	}
-	m.mu.Unlock()
-	if srv != nil {
-		srv.Close()
+	if m.srv != nil {
+		m.srv.Close()
+		m.srv = nil
 	}
-	return nil
 }
 
 // Restart starts the master again with no data and no cached scripts, as a
 // redis-server without persistence would come back, killing it first if
-// it runs.
-func (m *Master) Restart(ctx context.Context) error {
-	if err := m.Kill(ctx); err != nil {
-		return err
-	}
+// it runs. After the test's cleanup it fails.
+func (m *Master) Restart(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closing {
+		return fmt.Errorf("redlocktest: %s: restart after cleanup", m.name)
+	}
+	m.killLocked()
 	return m.startServer()
 }
 
@@ -213,8 +218,12 @@ func (m *Master) accept() {
 	defer m.wg.Done()
 	for {
 		c, err := m.ln.Accept()
-		if err != nil {
-			return // the listener is closed
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil { // out of descriptors, say: try again
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		m.wg.Add(1)
 		go m.serve(c)

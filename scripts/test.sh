@@ -91,6 +91,7 @@ example_without_redis() {
 	ln -s "$(command -v go)" "$bin/go"
 	if env PATH="$bin" /bin/sh -c 'command -v redis-server' >/dev/null; then
 		echo "redis-server is still on the test PATH" >&2
+		rm -rf "$bin"
 		return 1
 	fi
 	local rc=0

@@ -2,7 +2,8 @@
 // the value New returns as redlock.Options.Observer.
 //
 // Rounds and the routine events (acquired, waited, renewed, released) are
-// logged at Debug; a failed renewal and a lost lock at Warn. Every record
+// logged at Debug; a failed renewal, a lost lock and a release that found
+// the lock gone at Warn. Every record
 // carries the lock's key as attribute "key".
 package slogobserver
 
@@ -50,11 +51,11 @@ func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 	o.log.DebugContext(ctx, "redlock round", attrs...)
 }
 
-// ObserveEvent logs one lock event: at Warn if the lock was lost or a
-// renewal failed, else at Debug.
+// ObserveEvent logs one lock event: at Warn if the lock was lost, a
+// renewal failed or the last release failed, else at Debug.
 func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
 	level := slog.LevelDebug
-	if e.Kind == redlock.EventLost || e.Kind == redlock.EventRenewalFailed {
+	if e.Kind == redlock.EventLost || e.Kind == redlock.EventRenewalFailed || e.Kind == redlock.EventReleased && e.Err != nil {
 		level = slog.LevelWarn
 	}
 	if !o.log.Enabled(ctx, level) {
@@ -72,6 +73,9 @@ func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
 	}
 	if e.Kind == redlock.EventWaited {
 		attrs = append(attrs, slog.Duration("wait", e.Wait))
+	}
+	if e.WasLost {
+		attrs = append(attrs, slog.Bool("was_lost", true))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,12 +49,12 @@ type ReaderView struct {
 
 // Holder is one owner's hold as a quorum sees it.
 type Holder struct {
-	Owner   string    `json:"owner"`
-	Nonce   string    `json:"nonce,omitempty"`
-	Token   string    `json:"token,omitempty"`
-	Masters int       `json:"masters"` // masters where the hold is live
-	Held    bool      `json:"held"`    // on a quorum of them
-	Until   time.Time `json:"until"`   // when fewer than a quorum will hold it, at the latest
+	Owner   string     `json:"owner"`
+	Nonce   string     `json:"nonce,omitempty"`
+	Token   string     `json:"token,omitempty"`
+	Masters int        `json:"masters"`         // masters where the hold is live
+	Held    bool       `json:"held"`            // on a quorum of them
+	Until   *time.Time `json:"until,omitempty"` // held: when fewer than a quorum will hold it, at the latest; nil without expiry
 }
 
 // LockView is a lock across the masters.
@@ -159,14 +160,18 @@ func quorumView(v *LockView) (writer *Holder, readers []Holder) {
 	}
 	holder := func(k id, owner string) Holder {
 		t := ttls[k]
-		slices.SortFunc(t, func(a, b int64) int { return cmp.Compare(b, a) })
-		h := Holder{Owner: owner, Nonce: k.nonce, Token: tokens[k], Masters: len(t), Held: len(t) >= v.Quorum}
-		if h.Held {
-			left := t[v.Quorum-1]
-			if left < 0 { // no expiry on a quorum: held until released
-				left = t[0]
+		// Longest first; no expiry (-1) is the longest.
+		rank := func(ms int64) int64 {
+			if ms < 0 {
+				return math.MaxInt64
 			}
-			h.Until = v.At.Add(time.Duration(left) * time.Millisecond)
+			return ms
+		}
+		slices.SortFunc(t, func(a, b int64) int { return cmp.Compare(rank(b), rank(a)) })
+		h := Holder{Owner: owner, Nonce: k.nonce, Token: tokens[k], Masters: len(t), Held: len(t) >= v.Quorum}
+		if left := t[min(v.Quorum, len(t))-1]; h.Held && left >= 0 {
+			until := v.At.Add(time.Duration(left) * time.Millisecond)
+			h.Until = &until
 		}
 		return h
 	}
@@ -208,19 +213,25 @@ func printLock(w io.Writer, v *LockView) {
 	case h == nil && len(v.Readers) == 0:
 		fmt.Fprintln(w, "quorum: not held")
 	case h != nil && h.Held:
-		fmt.Fprintf(w, "quorum: held by %s (Lock %s) on %d of %d masters until %s (in %v), token %s\n",
-			h.Owner, h.Nonce, h.Masters, len(v.Masters), h.Until.Format(time.RFC3339Nano), h.Until.Sub(v.At).Round(time.Millisecond), dash(h.Token))
+		fmt.Fprintf(w, "quorum: held by %s (Lock %s) on %d of %d masters %s, token %s\n",
+			h.Owner, h.Nonce, h.Masters, len(v.Masters), untilText(h.Until, v.At), dash(h.Token))
 	case h != nil:
 		fmt.Fprintf(w, "quorum: not held; %s holds it on %d of %d masters only\n", h.Owner, h.Masters, len(v.Masters))
 	}
 	for _, r := range v.Readers {
 		if r.Held {
-			fmt.Fprintf(w, "quorum: read by %s on %d of %d masters until %s (in %v)\n",
-				r.Owner, r.Masters, len(v.Masters), r.Until.Format(time.RFC3339Nano), r.Until.Sub(v.At).Round(time.Millisecond))
+			fmt.Fprintf(w, "quorum: read by %s on %d of %d masters %s\n", r.Owner, r.Masters, len(v.Masters), untilText(r.Until, v.At))
 		} else {
 			fmt.Fprintf(w, "quorum: not read by %s (on %d of %d masters only)\n", r.Owner, r.Masters, len(v.Masters))
 		}
 	}
+}
+
+func untilText(until *time.Time, at time.Time) string {
+	if until == nil {
+		return "with no expiry"
+	}
+	return fmt.Sprintf("until %s (in %v)", until.Format(time.RFC3339Nano), until.Sub(at).Round(time.Millisecond))
 }
 
 func dash(s string) string {

@@ -30,9 +30,13 @@ const opsUsage = `usage: redlock inspect|watch|release|verify [flags] [KEY]
                        readers, write-wait marker; and the quorum's view
   watch KEY            inspect again every -interval until interrupted (or -count times)
   release -force KEY   delete the lock on every master and wake its waiters; the
-                       fencing counter stays, so later tokens are still larger
+                       fencing counter stays, so later tokens are still larger.
+                       Stop the holder first: until it learns at its next extend,
+                       it still counts on its validity (and a renewal in flight
+                       may set the lock again)
   verify               the masters answer, are masters, are distinct servers, and
-                       their clocks agree within the drift allowance of -ttl
+                       their clocks agree within the drift allowance of -ttl (a
+                       bound on offsets, stricter than Redlock's, which is on rates)
 
 Exit status: 0 on success, 1 if a master failed or verify found a problem, 2 on a
 usage error.
@@ -159,21 +163,26 @@ func (c *opsCmd) print(v *LockView) error {
 }
 
 // watch inspects every interval until ctx ends or count refreshes are
-// done. A master that does not answer is shown, not fatal.
+// done. A master that does not answer is shown; if one did not in the last
+// refresh, watch returns an error.
 func (c *opsCmd) watch(ctx context.Context) error {
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
+	var last error
 	for n := 1; ; n++ {
-		_ = c.print(inspect(ctx, c.clients, c.masters, c.prefix, c.key, c.timeout))
-		if n == c.count {
-			return nil
+		v := inspect(ctx, c.clients, c.masters, c.prefix, c.key, c.timeout)
+		if ctx.Err() != nil {
+			return last // interrupted during the refresh: nothing new to show
+		}
+		if last = c.print(v); n == c.count {
+			return last
 		}
 		if !c.json {
 			fmt.Fprintln(c.stdout)
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return last
 		case <-t.C:
 		}
 	}
@@ -247,8 +256,9 @@ type VerifyResult struct {
 	OK       bool        `json:"ok"`
 	Problems []string    `json:"problems,omitempty"`
 	Clocks   []ClockView `json:"clocks"`
-	// SpreadUs is the largest offset minus the smallest, plus the largest
-	// uncertainty; AllowanceUs is TTL*DriftFactor + 2ms for -ttl.
+	// SpreadUs is how far apart the masters' clocks can be, each offset
+	// taken with its uncertainty; AllowanceUs is TTL*DriftFactor + 2ms for
+	// -ttl.
 	SpreadUs    int64 `json:"spread_us"`
 	AllowanceUs int64 `json:"allowance_us"`
 }
@@ -290,19 +300,22 @@ func (c *opsCmd) verify(ctx context.Context) error {
 		})
 	}
 	_ = g.Wait()
-	var lo, hi, unc int64
+	// Each offset is known within half its round trip: the spread is the
+	// widest the true offsets can be apart.
+	var lo, hi int64
 	first := true
 	for _, cv := range r.Clocks {
 		if cv.Error != "" {
 			r.Problems = append(r.Problems, fmt.Sprintf("master %s: TIME: %s", cv.Master, cv.Error))
 			continue
 		}
+		low, high := cv.OffsetUs-cv.RTTUs/2, cv.OffsetUs+cv.RTTUs/2
 		if first {
-			lo, hi, first = cv.OffsetUs, cv.OffsetUs, false
+			lo, hi, first = low, high, false
 		}
-		lo, hi, unc = min(lo, cv.OffsetUs), max(hi, cv.OffsetUs), max(unc, cv.RTTUs/2)
+		lo, hi = min(lo, low), max(hi, high)
 	}
-	r.SpreadUs = hi - lo + unc
+	r.SpreadUs = hi - lo
 	r.AllowanceUs = (time.Duration(float64(c.ttl)*c.drift) + 2*time.Millisecond).Microseconds()
 	if r.SpreadUs > r.AllowanceUs {
 		r.Problems = append(r.Problems, fmt.Sprintf("clocks differ by up to %v, more than the drift allowance %v (TTL %v × %v + 2ms)",
