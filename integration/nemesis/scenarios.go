@@ -128,8 +128,8 @@ func Scenarios(s Scale) []Scenario {
 		},
 		{
 			Name: "clock-jump-minority", Safe: true, Config: lease(),
-			Nemesis:     NewClockJump(2, 5*time.Millisecond, 300*time.Millisecond, 700*time.Millisecond),
-			Description: "Every 700ms the clocks of 2 of 5 masters jump 5ms forward (libfaketime), and back 300ms later: within the drift allowance (TTL 500ms x 0.01 + 2ms = 7ms), the most a jump may take. Sections use their whole lease (until 50ms before validity ends).",
+			Nemesis:     NewClockJump(2, 3*time.Millisecond, 300*time.Millisecond, 700*time.Millisecond),
+			Description: "Every 700ms the clocks of 2 of 5 masters jump 3ms forward (libfaketime), and back 300ms later: less than the drift allowance (TTL x 0.01 + 2ms), the most a jump may take. Sections use their whole lease (until shortly before validity ends).",
 		},
 		{
 			Name: "restart-delayed", Safe: true, Config: holding(),
