@@ -32,6 +32,10 @@ type Round struct {
 	// not answered yet has ErrNoReply (or ErrMasterTimeout after the
 	// deadline) and Latency 0.
 	Masters []MasterResult
+	// Token is the largest fencing token the agreeing masters of a
+	// successful acquire handed out, the Lock's token unless a raise round
+	// ("fence") follows; 0 otherwise. (EventAcquired has the final one.)
+	Token uint64
 	// Err is the round's *QuorumError, nil if the quorum agreed.
 	Err error
 }

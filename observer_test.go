@@ -65,6 +65,7 @@ func TestObserverSeesRoundsAndEvents(t *testing.T) {
 	ok := rounds[0]
 	assert.NoError(t, ok.Err)
 	assert.Positive(t, ok.Validity)
+	assert.Equal(t, l.Token(), ok.Token, "no raise round here")
 	assert.LessOrEqual(t, ok.Validity, time.Second)
 	answered := 0
 	for _, m := range ok.Masters {

@@ -225,7 +225,7 @@ wait:
 	if ok && !expired {
 		close(r.decided)
 		if c.observer != nil { // reads only the slots read above
-			c.observeRound(ctx, r, elapsed, nil, timedOut)
+			c.observeRound(ctx, r, res, elapsed, nil, timedOut)
 		}
 		return res, nil
 	}
@@ -246,14 +246,14 @@ wait:
 	}
 	qe := c.quorumError(ctx, r, expired, timedOut, elapsed)
 	if c.observer != nil {
-		c.observeRound(ctx, r, elapsed, qe, timedOut)
+		c.observeRound(ctx, r, res, elapsed, qe, timedOut)
 	}
 	return outcome{}, qe
 }
 
 // observeRound reports a decided round to the Observer. qe is the round's
 // error, nil if it succeeded.
-func (c *Client) observeRound(ctx context.Context, r *round, elapsed time.Duration, qe *QuorumError, timedOut bool) {
+func (c *Client) observeRound(ctx context.Context, r *round, res outcome, elapsed time.Duration, qe *QuorumError, timedOut bool) {
 	o := r.op
 	rd := Round{Op: o.name, Key: o.key, Start: r.start, Elapsed: elapsed}
 	if qe != nil {
@@ -262,6 +262,9 @@ func (c *Client) observeRound(ctx context.Context, r *round, elapsed time.Durati
 		rd.Masters, _, _ = c.masterResults(r, timedOut, nil)
 		if o.ttl > 0 {
 			rd.Validity = validity(o.ttl, elapsed, c.driftFactor)
+		}
+		if o.name == "acquire" && res.max > 1 {
+			rd.Token = uint64(res.max)
 		}
 	}
 	c.observer.ObserveRound(ctx, rd)

@@ -147,6 +147,9 @@ func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 	if r.Validity > 0 {
 		span.SetAttributes(attribute.Int64("redlock.validity_ms", r.Validity.Milliseconds()))
 	}
+	if r.Token != 0 {
+		span.SetAttributes(attribute.Int64("redlock.token", int64(r.Token))) // at most the largest int64
+	}
 	if r.Err != nil {
 		span.SetStatus(codes.Error, r.Err.Error())
 	}

@@ -48,6 +48,9 @@ func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 	if r.Validity > 0 {
 		attrs = append(attrs, slog.Duration("validity", r.Validity))
 	}
+	if r.Token != 0 {
+		attrs = append(attrs, slog.Uint64("token", r.Token))
+	}
 	o.log.DebugContext(ctx, "redlock round", attrs...)
 }
 
