@@ -15,5 +15,8 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 func TestMain(m *testing.M) {
 	// Dials to killed or cut masters are expected here; go-redis would log each.
 	redis.SetLogger(quietLogger{})
-	goleak.VerifyTestMain(m)
+	// toxiproxy v2.5.0 leaks this goroutine (not ours) when a toxic is
+	// removed while a connection closes: the noop toxic that RemoveToxic
+	// starts blocks for ever sending to the closed link's output.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"))
 }
