@@ -393,6 +393,10 @@ func TestClockJumpOnMinorityIsSurvived(t *testing.T) {
 	_, err := b.Acquire(ctx, "job", 10*time.Second)
 	require.ErrorIs(t, err, redlock.ErrNotObtained, "three masters still hold the lock")
 	assert.True(t, l.Held())
+	// b's acquire took the two free masters; its undo frees them again in
+	// the background (a repair never overwrites another's key).
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual([]string{"", ""}, values(t, cl, "job")[:2]) },
+		5*time.Second, time.Millisecond, "b's failed acquire undone")
 	require.NoError(t, l.Extend(ctx, 10*time.Second), "a quorum still holds it")
 	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(repeat(l.Value(), 5), values(t, cl, "job")) },
 		5*time.Second, time.Millisecond, "the extend repaired the masters that lost the key")
