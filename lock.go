@@ -420,8 +420,8 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 	if l.mode.repair == nil || c.noRepair {
 		return nil
 	}
-	holds, token := int64(l.holds), strconv.FormatUint(max(l.token, 1), 10)
-	fenceTTL := strconv.FormatInt(l.ttl.Milliseconds(), 10) // the counter's, as the acquire set it
+	// Formatted only when a master needs repair: extends run often.
+	holds, token, fenceTTL := int64(l.holds), max(l.token, 1), l.ttl.Milliseconds() // the counter's TTL, as the acquire set it
 	return func(ctx context.Context, i int) {
 		// The earlier of the old deadline and the new one, which the
 		// round may not have set yet.
@@ -434,7 +434,8 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 		if ttl <= 0 || l.released.Load() || l.lost.Load() {
 			return
 		}
-		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, append(l.args(ttl, holds), token, fenceTTL), mayShed)
+		args := append(l.args(ttl, holds), strconv.FormatUint(token, 10), fenceTTL)
+		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, mayShed)
 	}
 }
 

@@ -160,9 +160,8 @@ return 1
 --- release
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
-local gone = KEYS[1] .. ':gone:' .. ARGV[6]
 if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
-  if ARGV[7] then redis.call('SET', gone, '1', 'PX', ARGV[2]) end
+  if ARGV[7] then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0
 end
 if tonumber(ARGV[3]) > 0 then
@@ -170,7 +169,7 @@ if tonumber(ARGV[3]) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-if ARGV[7] == '2' then redis.call('SET', gone, '1', 'PX', ARGV[2]) end
+if ARGV[7] == '2' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
 
