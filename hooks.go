@@ -18,6 +18,7 @@ func init() {
 	link.LockKeys = func(prefix, name string, rw bool) []string {
 		return (&mode{rw: rw}).keys(prefix, name)
 	}
+	link.ParseHolder, link.FormatHolder = parseHolder, formatHolder
 	link.ObserveWait = func(ctx context.Context, c any, key string, waited time.Duration, l any, err error) {
 		o := c.(*Client).observer
 		if o == nil {

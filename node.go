@@ -6,11 +6,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/go-redlock/redlock/internal/link"
 	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
@@ -67,11 +69,60 @@ func lockKey(name string) string {
 	return "}{" + strings.ReplaceAll(name, "}", ")") + "}" + name + "}"
 }
 
+// formatHolder and parseHolder write and read the value of a lock's main
+// key as scripts.lua does ("@value"): "holds:token:waited:holder", where
+// holder is the nonce's length, ':', the nonce and the owner.
+func formatHolder(h link.Holder) string {
+	waited := "0"
+	if h.Waited {
+		waited = "1"
+	}
+	return strconv.Itoa(h.Holds) + ":" + h.Token + ":" + waited + ":" + strconv.Itoa(len(h.Nonce)) + ":" + h.Nonce + h.Owner
+}
+
+func parseHolder(v string) (link.Holder, bool) {
+	var h link.Holder
+	fields := strings.SplitN(v, ":", 5)
+	if len(fields) != 5 || !digits(fields[0]) || !digits(fields[1]) || !digits(fields[3]) {
+		return h, false
+	}
+	n, err := strconv.Atoi(fields[3])
+	if err != nil || n > len(fields[4]) {
+		return h, false
+	}
+	switch fields[2] {
+	case "0":
+	case "1":
+		h.Waited = true
+	default:
+		return h, false
+	}
+	h.Holds, err = strconv.Atoi(fields[0])
+	if err != nil {
+		return h, false
+	}
+	h.Token, h.Nonce, h.Owner = fields[1], fields[4][:n], fields[4][n:]
+	return h, true
+}
+
+// digits reports whether s is one or more decimal digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 type scriptSet map[string]*redis.Script
 
 // splitScripts cuts src into the sections that start with "--- name". A
-// section "--- name @lib" starts with the text of section "@lib", which
-// must come before it; sections named "@..." are only such helpers.
+// section "--- name @a @b" starts with the text of sections "@a" and "@b",
+// which must come before it; sections named "@..." are only such helpers.
 func splitScripts(src string) scriptSet {
 	set, libs := scriptSet{}, map[string]string{}
 	var name string
@@ -97,13 +148,13 @@ func splitScripts(src string) scriptSet {
 			}
 			_, dup := set[name]
 			_, dupLib := libs[name]
-			if dup || dupLib || name == "" || len(fields) > 2 {
+			if dup || dupLib || name == "" || strings.HasPrefix(name, "@") && len(fields) > 1 {
 				panic(fmt.Sprintf("redlock: scripts.lua: bad or duplicate section %q", rest))
 			}
-			if len(fields) == 2 {
-				lib, ok := libs[fields[1]]
-				if !ok {
-					panic(fmt.Sprintf("redlock: scripts.lua: section %q needs %s before it", name, fields[1]))
+			for _, need := range fields[1:] {
+				lib, ok := libs[need]
+				if !ok || !strings.HasPrefix(need, "@") {
+					panic(fmt.Sprintf("redlock: scripts.lua: section %q needs %s before it", name, need))
 				}
 				body.WriteString(lib)
 			}

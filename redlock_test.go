@@ -112,5 +112,12 @@ func TestSplitScripts(t *testing.T) {
 	assert.Len(t, set, 2)
 	assert.Equal(t, redis.NewScript("return 1\n").Hash(), set["a"].Hash())
 	assert.Panics(t, func() { splitScripts("--- a\n--- a\n") })
+
+	libs := splitScripts("--- @x\nlocal x = 1\n--- @y\nlocal y = 2\n--- c @x @y\nreturn x + y\n")
+	assert.Len(t, libs, 1, "helpers are not scripts")
+	assert.Equal(t, redis.NewScript("local x = 1\nlocal y = 2\nreturn x + y\n").Hash(), libs["c"].Hash())
+	assert.Panics(t, func() { splitScripts("--- c @x\nreturn 1\n") }, "helper not defined before")
+	assert.Panics(t, func() { splitScripts("--- @x\n--- c x\n") }, "not a helper")
+	assert.Panics(t, func() { splitScripts("--- @x\n--- @y @x\n") }, "a helper needing another")
 	assert.Panics(t, func() { set.get("missing") })
 }

@@ -4,7 +4,8 @@
 -- All scripts of a lock named k take the same keys, which hash to one Redis
 -- Cluster slot; K is the lock's main key, {k} for most names (see lockKey
 -- in node.go):
---   KEYS[1] K          hash: owner, nonce, holds, token (exclusive, reentrant, write)
+--   KEYS[1] K          the holder of the exclusive, reentrant or write lock (see
+--                      "Lock values" below)
 --   KEYS[2] K:fence    fencing counter; expires two TTLs after it was last set
 --   KEYS[3] K:r        read-write locks only: zset reader -> expiry (ms)
 --   KEYS[4] K:rn       read-write locks only: hash reader -> nonce
@@ -17,7 +18,8 @@
 --   ARGV[7] releases only: "1" to leave a marker if nothing is found, "2"
 --   to leave it in any case (see below); repair only: the Lock's token, and
 --   ARGV[8] the TTL (ms) its fencing counter is kept for.
--- A section named "--- name @lib" starts with section "@lib" (helpers).
+-- A section named "--- name @lib..." starts with the sections "@lib"
+-- (helpers).
 -- The nonce is random per Lock value in Go: an owner may take a lock again
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
@@ -34,8 +36,10 @@
 -- declared in KEYS (its name holds the nonce) but hashes to K's Redis
 -- Cluster slot.
 -- The last release of a Lock publishes its nonce on channel K so that
--- waiters retry at once; every master publishes it, and waiters take the
--- copies of one nonce for one release.
+-- waiters retry at once: every master where an acquire was refused while
+-- the Lock held the lock (a read-write lock's: every master), and waiters
+-- take the copies of one nonce for one release. An uncontended lock
+-- publishes nothing.
 -- Fencing tokens are a hybrid logical clock per lock name: a master hands
 -- out the larger of its counter + 1 and the client's proposal (its clock in
 -- microseconds) held within a quarter TTL of the master's own clock, and
@@ -85,21 +89,53 @@ local function raiseFence(fence, token, ttl)
   redis.call('SET', fence, token, 'PX', 2 * ttl)
 end
 
---- acquire @tokens
+--- @value
+-- Lock values. K holds the string "holds:token:waited:holder": holds and
+-- token in decimal, waited "1" once an acquire was refused while this
+-- holder held the lock (its last release publishes), and holder the
+-- nonce's length, ':', the nonce and the owner, so that every nonce and
+-- owner has its own. One string keeps an uncontended lock and unlock at
+-- two commands each, and it is refused as a whole: a key of another type
+-- under K (left by an older release of redlock) makes every script fail
+-- or refuse rather than take it over.
+
+-- holderOf returns the holder part of a value for nonce and owner.
+local function holderOf(nonce, owner)
+  return #nonce .. ':' .. nonce .. owner
+end
+
+-- parse splits a lock value into holds, token, waited and holder; all are
+-- nil for no value (false) or one not in this form.
+local function parse(v)
+  if not v then return nil end
+  return v:match('^(%d+):(%d+):([01]):(.*)$')
+end
+
+-- ownerOf returns the owner part of a holder.
+local function ownerOf(holder)
+  local n, rest = holder:match('^(%d+):(.*)$')
+  return rest:sub(tonumber(n) + 1)
+end
+
+--- acquire @value @tokens
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
 -- not fencing). Only the Lock that holds it (same owner and nonce) may
 -- re-enter: that keeps its token and renews the TTL. Another Lock of the
 -- same owner is refused like any other: were it to take the lock over, a
 -- late call of an earlier attempt could make that attempt's undo delete a
--- newer Lock's hold.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce', 'token')
-if cur[1] then
-  if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
-  redis.call('HSET', KEYS[1], 'holds', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return cur[3]
+-- newer Lock's hold. A refusal marks the holder's value as waited for.
+local me = holderOf(ARGV[6], ARGV[1])
+local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
+if found[1] then
+  local holds, token, waited, holder = parse(found[1])
+  if holder ~= me then
+    if waited == '0' then redis.call('SET', KEYS[1], holds .. ':' .. token .. ':1:' .. holder, 'KEEPTTL') end
+    return 0
+  end
+  redis.call('SET', KEYS[1], ARGV[3] .. ':' .. token .. ':' .. waited .. ':' .. me, 'PX', ARGV[2])
+  return token
 end
-if tonumber(ARGV[3]) > 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
 if KEYS[3] then
   local t = redis.call('TIME')
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
@@ -119,64 +155,66 @@ if ARGV[4] ~= '0' then
       tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. err)
   end
 end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', token)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- NX: a key of another type is not taken over.
+if not redis.call('SET', KEYS[1], ARGV[3] .. ':' .. token .. ':0:' .. me, 'NX', 'PX', ARGV[2]) then return 0 end
 if KEYS[5] and redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
 return token
 
---- fence @tokens
+--- fence @value @tokens
 -- Raises the fencing counter to the token ARGV[3] where this Lock still
 -- holds the lock, so that every later token is larger.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
+local holds, _, waited, holder = parse(redis.call('GET', KEYS[1]))
+if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 raiseFence(KEYS[2], ARGV[3], tonumber(ARGV[2]))
-redis.call('HSET', KEYS[1], 'token', ARGV[3])
+redis.call('SET', KEYS[1], holds .. ':' .. ARGV[3] .. ':' .. waited .. ':' .. holder, 'KEEPTTL')
 return 1
 
---- extend
+--- extend @value
 -- Sets a new TTL only where this Lock still holds the lock; a missing key is
 -- never re-created.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then return 0 end
+local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
+if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
---- repair @tokens
+--- repair @value @tokens
 -- After an extend that a quorum decided without this master, sets the
 -- lock again here where this master lost it (it restarted empty, or the
 -- key expired): never where any lock, reader or marker of this Lock is. A
 -- later release deletes it, and leaves a marker there (ARGV[7] "2"): a
 -- timed-out acquire or another repair that lands later is refused.
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
 if KEYS[3] then
   local t = redis.call('TIME')
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
   if redis.call('ZCARD', KEYS[3]) > 0 then return 0 end
 end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'nonce', ARGV[6], 'holds', ARGV[3], 'token', ARGV[7])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if not redis.call('SET', KEYS[1], ARGV[3] .. ':' .. ARGV[7] .. ':0:' .. holderOf(ARGV[6], ARGV[1]), 'NX', 'PX', ARGV[2]) then return 0 end
 if ARGV[4] ~= '0' then raiseFence(KEYS[2], ARGV[7], tonumber(ARGV[8])) end
 return 1
 
---- release
--- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it.
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'nonce')
-if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[6] then
+--- release @value
+-- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it,
+-- and publishes where an acquire waited for it.
+local holds, token, waited, holder = parse(redis.call('GET', KEYS[1]))
+if holder ~= holderOf(ARGV[6], ARGV[1]) then
   if ARGV[7] then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0
 end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('HSET', KEYS[1], 'holds', ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[3] .. ':' .. token .. ':' .. waited .. ':' .. holder, 'KEEPTTL')
   return 1
 end
 redis.call('DEL', KEYS[1])
 if ARGV[7] == '2' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
-redis.call('PUBLISH', KEYS[1], ARGV[6])
+if waited == '1' or KEYS[3] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
 return 1
 
---- read_acquire
+--- read_acquire @value
 -- Granted unless another owner holds the write lock, or a writer waits and
--- this owner does not read yet. Each reader expires on its own.
-local writer = redis.call('HGET', KEYS[1], 'owner')
+-- this owner does not read yet. Each reader expires on its own. The write
+-- lock's release publishes in any case.
+local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
+local writer = holder and ownerOf(holder)
 if writer and writer ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

@@ -46,10 +46,11 @@ type watch struct {
 	recent []released // releases seen within the window, oldest first
 }
 
-// released is a release seen by a watch: every master publishes it.
+// released is a release seen by a watch: several masters publish it.
 type released struct {
-	id string // the released Lock's nonce: see scripts.lua
-	at time.Time
+	id  string // the released Lock's nonce: see scripts.lua
+	at  time.Time
+	one *waker // the one-waker it woke, if any
 }
 
 // maxRecent bounds the releases a watch remembers.
@@ -196,9 +197,12 @@ func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 }
 
 // wake signals every all-waker and the next one-waker, then rotates it to
-// the back. A release publishes on every master with an identifier of its
-// own as payload: its copies within the window wake nobody again, while
-// every other release, even by the same owner, wakes.
+// the back. A release publishes with an identifier of its own as payload
+// on each master where it was waited for, and its copies come as it reaches
+// them. A copy within the window wakes the same waiters again and no other
+// one: a waiter that retried between two copies found the lock still held
+// on the masters the release had not reached yet, and retries once more.
+// Every other release, even by the same owner, wakes the next one-waker.
 func (w *watch) wake(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -208,27 +212,32 @@ func (w *watch) wake(id string) {
 		old++
 	}
 	w.recent = slices.Delete(w.recent, 0, old)
-	if slices.ContainsFunc(w.recent, func(r released) bool { return r.id == id }) {
+	if i := slices.IndexFunc(w.recent, func(r released) bool { return r.id == id }); i >= 0 {
+		w.signal(w.recent[i].one)
 		return
 	}
 	if len(w.recent) == maxRecent {
 		w.recent = slices.Delete(w.recent, 0, 1)
 	}
-	w.recent = append(w.recent, released{id: id, at: now})
-	one := -1
-	for i, k := range w.wakers {
-		if k.all || one < 0 {
+	i := slices.IndexFunc(w.wakers, func(k *waker) bool { return !k.all })
+	var one *waker
+	if i >= 0 {
+		one = w.wakers[i]
+		w.wakers = append(slices.Delete(w.wakers, i, i+1), one)
+	}
+	w.recent = append(w.recent, released{id: id, at: now, one: one})
+	w.signal(one)
+}
+
+// signal wakes every all-waker and one, if it is still watching. w.mu
+// must be held.
+func (w *watch) signal(one *waker) {
+	for _, k := range w.wakers {
+		if k.all || k == one {
 			select {
 			case k.c <- struct{}{}:
 			default:
 			}
-			if !k.all {
-				one = i
-			}
 		}
-	}
-	if one >= 0 {
-		k := w.wakers[one]
-		w.wakers = append(slices.Delete(w.wakers, one, one+1), k)
 	}
 }

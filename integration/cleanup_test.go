@@ -343,7 +343,7 @@ func TestCloseEndsPendingCleanup(t *testing.T) {
 	// in flight ends within its own bound (4*MasterTimeout) or the clients'
 	// 200ms timeouts. 3s leaves more than a second of margin.
 	assert.Less(t, took, 3*time.Second, "Close took too long")
-	owner, err := cl.Admin(0).HGet(ctx, "{job}", "owner").Result()
+	owner, err := cl.Admin(0).Get(ctx, "{job}").Result()
 	if !errors.Is(err, redis.Nil) {
 		require.NoError(t, err)
 		t.Errorf("the master that came back before Close still holds the lock for %q", owner)

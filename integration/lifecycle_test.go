@@ -57,11 +57,67 @@ func wokeWithin(k link.Waker, d time.Duration) bool {
 	}
 }
 
+// refuse makes another owner's acquire of the lock named key be refused,
+// as a waiter's is: the release that follows publishes (see scripts.lua).
+func refuse(t *testing.T, c *redlock.Client, key string) {
+	t.Helper()
+	_, err := c.Acquire(context.Background(), key, 5*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+}
+
+// TestUncontendedReleasePublishesNothing: a release publishes only where an
+// acquire was refused while the lock was held, and then on every master
+// that refused one.
+func TestUncontendedReleasePublishesNothing(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	k := link.NewWaker(c, "job", true)
+	defer k.Close()
+	waitSubscribers(t, cl, "job", 1)
+	sub := cl.Admin(0).Subscribe(ctx, "{job}")
+	defer sub.Close()
+	_, err := sub.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+
+	l, err := c.Acquire(ctx, "job", 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	// The release has reached every master by the time the next
+	// acquire does: only this one's copies may come.
+	l, err = c.Acquire(ctx, "job", 5*time.Second)
+	require.NoError(t, err)
+	refuse(t, c, "job")
+	refuse(t, c, "job")
+	// A refusal may land after the round that it was part of returned.
+	require.Eventually(t, func() bool {
+		for i := range cl.Masters {
+			if h := stored(t, cl, i, "job"); !h.Waited || h.Holds != 1 || h.Owner != l.Value() {
+				return false
+			}
+		}
+		return true
+	}, wakeBound, time.Millisecond, "every master marks the lock waited for")
+	require.NoError(t, l.Release(ctx))
+	require.True(t, wokeWithin(k, wakeBound), "a release that was waited for wakes")
+	rctx, cancel := context.WithTimeout(ctx, wakeBound)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(rctx)
+	require.NoError(t, err)
+	assert.NotEmpty(t, msg.Payload)
+	select {
+	case m := <-sub.Channel():
+		t.Fatalf("a second message on master 0: %q; the first release published", m.Payload)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
 // TestWakeOnEachReleaseBySameOwner: each release of an owner is a release of
 // its own and wakes a waiter, however soon it follows the owner's previous
-// one; only the copies that every master publishes of one release are
-// dropped. MasterTimeout is 2s, so that the releases surely come within one
-// MasterTimeout of each other (they take milliseconds).
+// one. The copies that the masters publish of one release wake no other
+// one-waiter (they may wake the same one again). MasterTimeout is 2s, so
+// that the releases surely come within one MasterTimeout of each other
+// (they take milliseconds).
 func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, &redlock.Options{MasterTimeout: 2 * time.Second})
@@ -78,26 +134,51 @@ func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 		unlock    func(owner string) error
 	}{
 		{"reentrant owner", "job", false,
-			func(o string) error { return reentrant.Lock(ctx, o) },
+			func(o string) error {
+				if err := reentrant.Lock(ctx, o); err != nil {
+					return err
+				}
+				refuse(t, c, "job") // else the release publishes nothing
+				return nil
+			},
 			func(o string) error { return reentrant.Unlock(ctx, o) }},
 		{"reader", "doc", true,
 			func(o string) error { return rw.RLock(ctx, o) },
 			func(o string) error { return rw.RUnlock(ctx, o) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := link.NewWaker(c, tc.key, tc.all)
-			defer k.Close()
+			// Two waiters: each release wakes both readers, and one
+			// waiter of an exclusive lock, in turn.
+			k := []link.Waker{link.NewWaker(c, tc.key, tc.all), link.NewWaker(c, tc.key, tc.all)}
+			defer k[0].Close()
+			defer k[1].Close()
 			waitSubscribers(t, cl, tc.key, 1)
 			owner := redlock.NewOwner()
-			for i := range 3 {
+			for i := range 4 {
 				require.NoError(t, tc.lock(owner))
 				require.NoError(t, tc.unlock(owner))
-				require.True(t, wokeWithin(k, wakeBound), "release %d of the same owner woke nobody", i+1)
-				// The other masters' copies of this release come within
-				// milliseconds; none may wake the waiter again.
-				assert.False(t, wokeWithin(k, 300*time.Millisecond), "a copy of release %d woke the waiter again", i+1)
+				next, other := k[i%2], k[(i+1)%2]
+				require.True(t, wokeWithin(next, wakeBound), "release %d of the same owner woke nobody", i+1)
+				if tc.all {
+					require.True(t, wokeWithin(other, wakeBound), "release %d woke one reader only", i+1)
+					time.Sleep(300 * time.Millisecond) // the copies, which may wake them again
+				} else {
+					// The other masters' copies of this release come
+					// within milliseconds; none may wake the other.
+					assert.False(t, wokeWithin(other, 300*time.Millisecond), "a copy of release %d woke another waiter", i+1)
+				}
+				drain(next)
+				drain(other)
 			}
 		})
+	}
+}
+
+// drain takes a pending wake-up off k, if any.
+func drain(k link.Waker) {
+	select {
+	case <-k.Wake():
+	default:
 	}
 }
 
@@ -112,6 +193,7 @@ func TestWakerCloseTwice(t *testing.T) {
 		t.Helper()
 		l, err := c.Acquire(ctx, "job", 5*time.Second)
 		require.NoError(t, err)
+		refuse(t, c, "job")
 		require.NoError(t, l.Release(ctx))
 	}
 	closeMany := func(k link.Waker) {

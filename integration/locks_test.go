@@ -84,20 +84,23 @@ func TestReentrantDivergedHoldCounts(t *testing.T) {
 	require.NoError(t, r.Lock(ctx, owner))
 	waitHeldEverywhere(t, cl, r.Current(owner))
 	// Master 0 missed the second lock; master 1 saw a third one that failed elsewhere.
-	require.NoError(t, cl.Admin(0).HSet(ctx, "{job}", "holds", 1).Err())
-	require.NoError(t, cl.Admin(1).HSet(ctx, "{job}", "holds", 3).Err())
+	for i, holds := range map[int]int{0: 1, 1: 3} {
+		h := stored(t, cl, i, "job")
+		h.Holds = holds
+		store(t, cl, i, "job", h)
+	}
 
 	require.NoError(t, r.Unlock(ctx, owner))
 	assert.Equal(t, repeat(owner, 5), values(t, cl, "job"), "still held on every master, master 0 included")
 	// The unlock returned at a quorum; the others get it in the background.
-	holds := func() []string {
-		out := make([]string, len(cl.Masters))
+	holds := func() []int {
+		out := make([]int, len(cl.Masters))
 		for i := range cl.Masters {
-			out[i], _ = cl.Admin(i).HGet(ctx, "{job}", "holds").Result()
+			out[i] = stored(t, cl, i, "job").Holds
 		}
 		return out
 	}
-	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(repeat("1", 5), holds()) },
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual([]int{1, 1, 1, 1, 1}, holds()) },
 		5*time.Second, time.Millisecond, "counts converge on every master")
 	require.NoError(t, r.Unlock(ctx, owner))
 	require.NoError(t, c.Close())

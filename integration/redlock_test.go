@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/link"
 	"github.com/go-redlock/redlock/mutex"
 )
 
@@ -49,18 +50,34 @@ func values(t *testing.T, cl *integration.Cluster, key string) []string {
 	t.Helper()
 	out := make([]string, len(cl.Masters))
 	for i, m := range cl.Masters {
-		if !m.Running() {
-			continue
+		if m.Running() {
+			out[i] = stored(t, cl, i, key).Owner
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		v, err := cl.Admin(i).HGet(ctx, "{"+key+"}", "owner").Result()
-		cancel()
-		if !errors.Is(err, redis.Nil) {
-			require.NoError(t, err, "master %s", m.Name())
-		}
-		out[i] = v
 	}
 	return out
+}
+
+// stored returns what master i stores of the holder of the lock named key
+// (zero if there is none).
+func stored(t *testing.T, cl *integration.Cluster, i int, key string) link.Holder {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := cl.Admin(i).Get(ctx, "{"+key+"}").Result()
+	if errors.Is(err, redis.Nil) {
+		return link.Holder{}
+	}
+	require.NoError(t, err, "master %s", cl.Masters[i].Name())
+	h, ok := link.ParseHolder(v)
+	require.True(t, ok, "master %s: not a lock value: %q", cl.Masters[i].Name(), v)
+	return h
+}
+
+// store sets what master i stores of the holder of the lock named key,
+// keeping its TTL.
+func store(t *testing.T, cl *integration.Cluster, i int, key string, h link.Holder) {
+	t.Helper()
+	require.NoError(t, cl.Admin(i).SetArgs(context.Background(), "{"+key+"}", link.FormatHolder(h), redis.SetArgs{KeepTTL: true}).Err())
 }
 
 // waitHeldEverywhere waits until every master holds l: the calls that came
@@ -111,8 +128,8 @@ func assertEmpty(t *testing.T, cl *integration.Cluster) {
 func holdAs(t *testing.T, cl *integration.Cluster, i int, key, owner string) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, cl.Admin(i).HSet(ctx, "{"+key+"}", "owner", owner, "holds", 1, "token", 1).Err())
-	require.NoError(t, cl.Admin(i).PExpire(ctx, "{"+key+"}", time.Minute).Err())
+	v := link.FormatHolder(link.Holder{Owner: owner, Nonce: "other-nonce", Holds: 1, Token: "1"})
+	require.NoError(t, cl.Admin(i).Set(ctx, "{"+key+"}", v, time.Minute).Err())
 }
 
 func TestAcquireReleaseOnAllFive(t *testing.T) {

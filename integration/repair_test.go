@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/link"
 )
 
 // lose deletes the lock named key on master i, as a restart without
@@ -41,9 +42,8 @@ func TestExtendRepairsMastersThatLostTheLock(t *testing.T) {
 	want := []string{"me", "other", "me", "me", "me"}
 	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, values(t, cl, "job")) },
 		5*time.Second, time.Millisecond, "repaired where the lock was lost, not over another's")
-	stored, err := cl.Admin(0).HGetAll(ctx, "{job}").Result()
-	require.NoError(t, err)
-	assert.Equal(t, map[string]string{"owner": "me", "nonce": stored["nonce"], "holds": "1", "token": strconv.FormatUint(l.Token(), 10)}, stored)
+	h := stored(t, cl, 0, "job")
+	assert.Equal(t, link.Holder{Owner: "me", Nonce: stored(t, cl, 2, "job").Nonce, Holds: 1, Token: strconv.FormatUint(l.Token(), 10)}, h)
 	pttl, err := cl.Admin(0).PTTL(ctx, "{job}").Result()
 	require.NoError(t, err)
 	assert.True(t, pttl > 0 && pttl <= ttl, "repaired with the validity left: %v", pttl)
@@ -54,7 +54,7 @@ func TestExtendRepairsMastersThatLostTheLock(t *testing.T) {
 	// After a repair the release leaves a marker wherever it deletes, so
 	// that a timed-out acquire or a second repair landing later is refused.
 	for i := range cl.Masters {
-		n, err := cl.Admin(i).Exists(ctx, "{job}:gone:"+stored["nonce"]).Result()
+		n, err := cl.Admin(i).Exists(ctx, "{job}:gone:"+h.Nonce).Result()
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), n, "marker on master %d", i)
 	}

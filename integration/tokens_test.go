@@ -51,16 +51,16 @@ func takeToken(t *testing.T, c *redlock.Client, cl *integration.Cluster, key str
 	waitHeldEverywhere(t, cl, l)
 	// The raise round, if any, goes on in the background after the quorum.
 	want := repeat(strconv.FormatUint(l.Token(), 10), len(cl.Masters))
-	var stored []string
+	var tokens []string
 	ok := assert.Eventually(t, func() bool {
-		stored = make([]string, len(cl.Masters))
+		tokens = make([]string, len(cl.Masters))
 		for i := range cl.Masters {
-			stored[i], _ = cl.Admin(i).HGet(ctx, "{"+key+"}", "token").Result()
+			tokens[i] = stored(t, cl, i, key).Token
 		}
-		return assert.ObjectsAreEqual(want, stored)
+		return assert.ObjectsAreEqual(want, tokens)
 	}, 2*time.Second, time.Millisecond, "every master stores the token")
 	if !ok {
-		t.Logf("tokens stored: %q, want %q", stored, want[0])
+		t.Logf("tokens stored: %q, want %q", tokens, want[0])
 	}
 	require.NoError(t, l.Release(ctx))
 	waitReleased(t, cl, key)

@@ -96,7 +96,7 @@ func inspect(ctx context.Context, clients []*redis.Client, addrs []string, prefi
 func readMaster(ctx context.Context, c *redis.Client, keys []string) (MasterView, error) {
 	main, fence, readers, readerNonces, ww := keys[0], keys[1], keys[2], keys[3], keys[4]
 	p := c.Pipeline()
-	lock, lockTTL := p.HGetAll(ctx, main), p.PTTL(ctx, main)
+	lock, lockTTL := p.Get(ctx, main), p.PTTL(ctx, main)
 	fenceVal, fenceTTL := p.Get(ctx, fence), p.PTTL(ctx, fence)
 	expiries, nonces := p.ZRangeWithScores(ctx, readers, 0, -1), p.HGetAll(ctx, readerNonces)
 	wait, waitTTL := p.Get(ctx, ww), p.PTTL(ctx, ww)
@@ -104,9 +104,14 @@ func readMaster(ctx context.Context, c *redis.Client, keys []string) (MasterView
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return MasterView{}, err
 	}
-	h := lock.Val()
-	m := MasterView{Owner: h["owner"], Nonce: h["nonce"], Token: h["token"], Fence: fenceVal.Val(), WriteWait: wait.Val()}
-	m.Holds, _ = strconv.Atoi(h["holds"])
+	m := MasterView{Fence: fenceVal.Val(), WriteWait: wait.Val()}
+	if v := lock.Val(); v != "" {
+		h, ok := link.ParseHolder(v)
+		if !ok {
+			return MasterView{}, fmt.Errorf("%s is not a redlock lock: %q", main, v)
+		}
+		m.Owner, m.Nonce, m.Token, m.Holds = h.Owner, h.Nonce, h.Token, h.Holds
+	}
 	if m.Owner != "" {
 		m.TTLms = ms(lockTTL.Val())
 	}

@@ -40,8 +40,23 @@ var (
 	// are published on), ":fence", and for rw ":r", ":rn", ":ww".
 	LockKeys func(prefix, name string, rw bool) []string
 
+	// ParseHolder reads the value of a lock's main key (exclusive,
+	// reentrant or write); ok is false for a value not in redlock's form.
+	ParseHolder func(v string) (h Holder, ok bool)
+
+	// FormatHolder is the value of a lock's main key for h.
+	FormatHolder func(h Holder) string
+
 	// ObserveWait reports to client's Observer, if any, that a blocking
 	// lock call on key waited for waited and then got l (a
 	// *redlock.Lock) or stopped with err.
 	ObserveWait func(ctx context.Context, client any, key string, waited time.Duration, l any, err error)
 )
+
+// Holder is what a master stores of the Lock that holds a lock.
+type Holder struct {
+	Owner, Nonce string
+	Holds        int
+	Token        string // "1" without fencing tokens
+	Waited       bool   // an acquire was refused meanwhile: the last release publishes
+}
