@@ -37,6 +37,9 @@ type Lock struct {
 	// repaired: a repair was sent (see repairOn); set before released is
 	// read, so that the last release sees it or the repair sees released.
 	repaired atomic.Bool
+	// unsent: the masters where the first acquire was surely not sent
+	// (bit i for master i); releases skip them (see releaseSkip).
+	unsent atomic.Uint64
 
 	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
 	released atomic.Bool  // the last hold is gone
@@ -169,20 +172,25 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	if holds == 1 && m.fenced && c.fencing {
 		args[3] = time.Now().UnixMicro() // the proposed token (see scripts.lua)
 	}
-	res, err := c.do(ctx, &op{
-		name:     "acquire",
-		key:      l.key,
-		script:   m.acquire,
-		undo:     m.release,
-		keys:     l.keys,
-		args:     args,
-		undoArgs: undo,
-		markArgs: mark,
-		late:     l.lateAgreement(holds),
-		ttl:      l.ttl,
-		sentinel: ErrNotObtained,
-		keyTTL:   l.ttl,
-	})
+	o := &op{
+		name:         "acquire",
+		key:          l.key,
+		script:       m.acquire,
+		undo:         m.release,
+		keys:         l.keys,
+		args:         args,
+		undoArgs:     undo,
+		markArgs:     mark,
+		late:         l.lateAgreement(holds),
+		ttl:          l.ttl,
+		sentinel:     ErrNotObtained,
+		keyTTL:       l.ttl,
+		withdrawable: true,
+	}
+	if holds == 1 {
+		o.unsent = &l.unsent
+	}
+	res, err := c.do(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -304,6 +312,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 		args:     l.args(l.ttl, int64(holds)),
 		sentinel: ErrNotHeld,
 		keep:     true,
+		skip:     (*releaseSkip)(l),
 	}
 	if holds == 0 {
 		// Where the acquire's call timed out, it may land after this
@@ -320,6 +329,19 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 	}
 	_, err := l.client.do(ctx, o)
 	return err
+}
+
+// releaseSkip is a Lock as its releases' pipeline.Skipper: a master where
+// the first acquire was surely not sent (its round was decided without
+// it, or it was shed) holds nothing of this Lock, unless a repair set it
+// there. repairOn stores repaired before it reads released, and the last
+// release stores released before its calls ask Skip: either Skip sees
+// repaired, or the repair sees released and sends nothing.
+type releaseSkip Lock
+
+func (s *releaseSkip) Skip(i int) bool {
+	l := (*Lock)(s)
+	return l.unsent.Load()&(1<<i) != 0 && !l.repaired.Load()
 }
 
 // Reenter adds one hold for the lock's owner and renews its TTL, over the
@@ -435,7 +457,7 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 			return
 		}
 		args := append(l.args(ttl, holds), strconv.FormatUint(token, 10), fenceTTL)
-		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, mayShed)
+		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, mayShed, evalHooks{})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -193,17 +194,31 @@ const (
 	mustSend                 // never refused nor dropped, sent even if ctx ends first
 )
 
+// evalHooks are what a quorum round adds to a call: see
+// pipeline.RunKept (skip, for keep) and RunWithdrawable (group and
+// unsent, for mayShed).
+type evalHooks struct {
+	skip   pipeline.Skipper
+	index  int
+	group  <-chan struct{}
+	unsent *atomic.Uint64
+}
+
 // eval runs s on the master, through its pipeline. Every script replies
 // with an integer (a fencing token as decimal text) that is positive where
 // the master agreed; err reports a master that gave no usable answer
 // (network error, timeout, Redis error), or a call not sent (matching
-// pipeline.ErrNotSent). See pipeline.Run and RunKept for the modes.
-func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any, mode sendMode) (int64, error) {
+// pipeline.ErrNotSent). See pipeline.Run, RunKept and RunWithdrawable for
+// the modes and hooks.
+func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any, mode sendMode, h evalHooks) (int64, error) {
 	var v int64
 	var err error
-	if mode == keep {
-		v, err = n.pipe.RunKept(ctx, s, keys, args)
-	} else {
+	switch {
+	case mode == keep:
+		v, err = n.pipe.RunKept(ctx, s, keys, args, h.skip, h.index)
+	case mode == mayShed && h.group != nil:
+		v, err = n.pipe.RunWithdrawable(ctx, s, keys, args, h.group, h.unsent, h.index)
+	default:
 		v, err = n.pipe.Run(ctx, s, keys, args, mode == mustSend)
 	}
 	if errors.Is(err, pipeline.ErrClosed) {

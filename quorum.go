@@ -52,6 +52,16 @@ type op struct {
 	// keyTTL is the longest a key that undo, or script with retry, removes
 	// can live: retrying longer is useless.
 	keyTTL time.Duration
+	// withdrawable: a call still queued to a master that is behind when
+	// the round is decided is not sent (see Client.withdraw).
+	withdrawable bool
+	// unsent, if set, collects the masters where the call was surely not
+	// sent (bit i for master i); withdrawn calls are in it when do
+	// returns.
+	unsent *atomic.Uint64
+	// skip, if set, is asked, for keep calls, whether master i needs the
+	// call at all (see pipeline.RunKept).
+	skip pipeline.Skipper
 }
 
 // outcome is what a successful round tells besides success.
@@ -73,6 +83,7 @@ type round struct {
 	slots    []slot
 	replies  chan int
 	decided  chan struct{}
+	began    time.Time
 	start    time.Time // set with an Observer only
 	failed   bool
 	finished chan int     // masters done with their undo; nil without undo
@@ -147,6 +158,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		return outcome{}, c.quorumError(ctx, r, false, false, 0) // nothing sent
 	}
 	res := outcome{start: time.Now()}
+	r.began = res.start
 	if c.observer != nil {
 		r.start = res.start
 	}
@@ -222,6 +234,9 @@ wait:
 
 	ok := agreed >= c.quorum
 	expired := ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
+	if o.withdrawable {
+		c.withdraw(r, elapsed)
+	}
 	if ok && !expired {
 		close(r.decided)
 		if c.observer != nil { // reads only the slots read above
@@ -250,6 +265,25 @@ wait:
 	}
 	return outcome{}, qe
 }
+
+// withdraw takes back the round's calls still queued to masters that are
+// behind: busy with earlier calls for twice as long as the round took to
+// be decided, and at least minBehind. Their answers would come after the
+// decision, and would cost the master, and the client the replies, at the
+// moment it is slowest. Where an acquire is withdrawn nothing needs
+// undoing, and the lock's releases skip that master.
+func (c *Client) withdraw(r *round, elapsed time.Duration) {
+	behind := max(2*elapsed, minBehind)
+	for i := range r.slots {
+		if !r.slots[i].read {
+			c.nodes[i].pipe.Withdraw(r.decided, behind)
+		}
+	}
+}
+
+// minBehind is the least a master must have been busy for a call queued
+// to it to be withdrawn.
+const minBehind = time.Millisecond
 
 // observeRound reports a decided round to the Observer. qe is the round's
 // error, nil if it succeeded.
@@ -328,7 +362,14 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	if o.keep {
 		mode = keep
 	}
-	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, mode)
+	h := evalHooks{skip: o.skip, index: i}
+	if o.withdrawable {
+		h.group, h.unsent = r.decided, o.unsent
+	}
+	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, mode, h)
+	if o.unsent != nil && errors.Is(s.err, pipeline.ErrNotSent) {
+		o.unsent.Or(1 << i)
+	}
 	if !r.start.IsZero() {
 		s.latency = time.Since(r.start)
 	}

@@ -99,7 +99,8 @@ func scriptCalls(b *testing.B, cl *integration.Cluster) int {
 }
 
 // TestTwoScriptsPerMasterPerLockUnlock checks that an uncontended acquire
-// and release cost one script on each master apiece: nothing is sent twice.
+// and release cost at most one script on each master apiece: nothing is
+// sent twice.
 func TestTwoScriptsPerMasterPerLockUnlock(t *testing.T) {
 	const pairs = 200
 	cl := integration.NewCluster(t, 5)
@@ -115,7 +116,11 @@ func TestTwoScriptsPerMasterPerLockUnlock(t *testing.T) {
 	require.NoError(t, c.Close())
 	got := sum(evalCalls(t, cl)) - before
 	t.Logf("%d scripts for %d lock+unlock pairs on 5 masters", got, pairs)
-	assert.GreaterOrEqual(t, got, 2*5*pairs)
+	// An acquire still queued, when its round is decided, behind a call a
+	// master has been busy with for over a millisecond is withdrawn, and
+	// its release skips that master: neither is sent (rare on loopback,
+	// unless the machine is busy).
+	assert.GreaterOrEqual(t, got, 2*5*pairs*95/100, "at most 5% fewer")
 	// A release that overtakes the late acquire on one master (the acquire's
 	// goroutine had not run yet) is followed by a second delete there: rare
 	// (about 1% under -race), where a delete after every late agreement

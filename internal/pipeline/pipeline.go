@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,9 @@ var (
 	// pipelines only in Client.Close, reports errors.Is(err, ErrClosed) as
 	// redlock.ErrClosed.
 	ErrClosed = fmt.Errorf("%w: client closed", ErrNotSent)
+	// ErrWithdrawn is returned by a call of RunWithdrawable withdrawn from
+	// the queue of a master that is behind. It matches ErrNotSent.
+	ErrWithdrawn = fmt.Errorf("%w: withdrawn from the queue of a master that is behind", ErrNotSent)
 
 	// The error of a call whose context ended before it was sent; each
 	// also matches ctx.Err().
@@ -84,12 +88,13 @@ type Pipeline struct {
 	// handed to the drainer if calls queued meanwhile.
 	wg sync.WaitGroup
 
-	mu     sync.Mutex
-	closed bool
-	busy   bool
-	queue  []*call // FIFO
-	loose  int     // calls in queue that may be shed
-	stats  stats
+	mu        sync.Mutex
+	closed    bool
+	busy      bool
+	busySince time.Time // when what is in flight was sent
+	queue     []*call   // FIFO
+	loose     int       // calls in queue that may be shed
+	stats     stats
 
 	// Drainer state, reused from batch to batch.
 	pipe  redis.Pipeliner
@@ -105,6 +110,22 @@ type stats struct {
 	dropped    int // queued calls not sent because their context had ended
 	shed       int // calls refused because the queue was full
 	evalResent int // follow-up writes of EVALs after NOSCRIPT
+	withdrawn  int // calls of RunWithdrawable withdrawn
+	skipped    int // calls of RunKept that Skip answered
+}
+
+// Skipper tells RunKept whether a call is needless: see RunKept. Its Skip
+// runs with the Pipeline's lock held, and must not block.
+type Skipper interface {
+	Skip(i int) bool
+}
+
+// hooks are what RunWithdrawable and RunKept add to a call.
+type hooks struct {
+	group  <-chan struct{} // Withdraw's argument
+	unsent *atomic.Uint64
+	skip   Skipper
+	index  int
 }
 
 // call is a call queued, or a mustSend call sent alone on a goroutine of
@@ -119,6 +140,7 @@ type call struct {
 	detach   bool       // sent alone on a goroutine of its own (Run's mustSend)
 	argv     []any      // EVALSHA's arguments; its buffer is reused
 	cmd      *redis.Cmd // what was sent
+	hooks
 
 	state     callState
 	abandoned bool // the caller left; whoever holds the call recycles it
@@ -192,7 +214,7 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 // call), so the caller must not modify them afterwards. As go-redis does,
 // a lone []string or []any argument is expanded; maps and structs are not.
 func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend bool) (int64, error) {
-	return p.run(ctx, s, keys, args, mustSend, mustSend)
+	return p.run(ctx, s, keys, args, mustSend, mustSend, hooks{})
 }
 
 // RunKept is Run for a mustSend call whose caller's ctx cannot end before
@@ -200,11 +222,49 @@ func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args
 // ctx, which saves the goroutine and context of a detached send. Once
 // queued it is sent, as a mustSend call is, whatever ctx does meanwhile;
 // an ended ctx before it is queued sends nothing (ErrNotSent).
-func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
-	return p.run(ctx, s, keys, args, true, false)
+//
+// If skip is not nil and skip.Skip(index) is true when the call would be
+// sent, alone or in a batch, it is answered 0 instead, without being sent.
+func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys []string, args []any, skip Skipper, index int) (int64, error) {
+	return p.run(ctx, s, keys, args, true, false, hooks{skip: skip, index: index})
 }
 
-func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend, detach bool) (int64, error) {
+// RunWithdrawable is Run for a call that may be shed and that Withdraw
+// may take back, with group as its argument, while it is queued; then it
+// sets bit index of unsent and answers ErrWithdrawn.
+func (p *Pipeline) RunWithdrawable(ctx context.Context, s *redis.Script, keys []string, args []any, group <-chan struct{}, unsent *atomic.Uint64, index int) (int64, error) {
+	return p.run(ctx, s, keys, args, false, false, hooks{group: group, unsent: unsent, index: index})
+}
+
+// Withdraw takes back the queued calls of RunWithdrawable made with group,
+// if what the master has in flight ahead of them was sent at least behind
+// ago: the master is behind, and their answers are no longer awaited. Each
+// call withdrawn sets its bit in its unsent, if not nil, before Withdraw
+// returns, and is answered ErrWithdrawn. It does not block on the master.
+func (p *Pipeline) Withdraw(group <-chan struct{}, behind time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) == 0 || time.Since(p.busySince) < behind {
+		return
+	}
+	kept := p.queue[:0]
+	for _, c := range p.queue {
+		if c.group != group {
+			kept = append(kept, c)
+			continue
+		}
+		p.loose--
+		p.stats.withdrawn++
+		if c.unsent != nil {
+			c.unsent.Or(1 << c.index)
+		}
+		p.doneLocked(c, 0, ErrWithdrawn)
+	}
+	clear(p.queue[len(kept):])
+	p.queue = kept
+}
+
+func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend, detach bool, h hooks) (int64, error) {
 	ended := ctx.Err()
 	if ended != nil && !detach {
 		return 0, notSent(ended)
@@ -214,9 +274,14 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args
 		p.mu.Unlock()
 		return 0, ErrClosed
 	}
+	if h.skip != nil && h.skip.Skip(h.index) {
+		p.stats.skipped++
+		p.mu.Unlock()
+		return 0, nil
+	}
 	if p.piper == nil || !p.busy && ended == nil {
 		if p.piper != nil {
-			p.busy = true
+			p.busy, p.busySince = true, time.Now()
 			p.stats.alone++
 		}
 		p.wg.Add(1)
@@ -243,7 +308,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args
 
 	// Build the command outside the lock, then queue it.
 	c := callPool.Get().(*call)
-	c.ctx, c.script, c.keys, c.args, c.mustSend, c.detach = ctx, s, keys, args, mustSend, detach
+	c.ctx, c.script, c.keys, c.args, c.mustSend, c.detach, c.hooks = ctx, s, keys, args, mustSend, detach, h
 	c.argv = append(c.argv, "evalsha", boxedHash(s), len(keys))
 	for _, k := range keys {
 		c.argv = append(c.argv, k)
@@ -397,6 +462,7 @@ func (p *Pipeline) drain() {
 			p.mu.Unlock()
 			return
 		}
+		p.busySince = time.Now()
 		p.mu.Unlock()
 		resent := p.send(batch)
 		p.mu.Lock()
@@ -422,6 +488,11 @@ func (p *Pipeline) takeLocked() []*call {
 				p.doneLocked(c, 0, notSent(err))
 				continue
 			}
+		}
+		if c.skip != nil && c.skip.Skip(c.index) {
+			p.stats.skipped++
+			p.doneLocked(c, 0, nil)
+			continue
 		}
 		c.state = sent
 		batch = append(batch, c)

@@ -228,7 +228,7 @@ func TestPipelinePausedMaster(t *testing.T) {
 		defer cancel()
 		var err error
 		if key == "kept" {
-			_, err = p.RunKept(ctx, incrScript, []string{key}, nil)
+			_, err = p.RunKept(ctx, incrScript, []string{key}, nil, nil, 0)
 		} else {
 			_, err = p.Run(ctx, incrScript, []string{key}, nil, mustSend)
 		}

@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Withdraw takes back the queued calls of its group, and only those, once
+// the master has been busy for at least behind: each sets its bit in
+// unsent before Withdraw returns, is answered ErrWithdrawn and never
+// reaches the master. Other calls, and the same group's calls on a master
+// busy for less than behind, are sent.
+func TestPipelineWithdraw(t *testing.T) {
+	m, admin, p := startMaster(t)
+	occupied := occupy(t, m, p)
+	groupA, groupB := make(chan struct{}), make(chan struct{})
+	var unsentA, unsentB atomic.Uint64
+	type result struct {
+		err error
+		key string
+	}
+	results := make(chan result, 4)
+	run := func(key string, group chan struct{}, unsent *atomic.Uint64, index int) {
+		_, err := p.RunWithdrawable(t.Context(), incrScript, []string{key}, nil, group, unsent, index)
+		results <- result{err, key}
+	}
+	go run("a1", groupA, &unsentA, 1)
+	go run("a3", groupA, &unsentA, 3)
+	go run("b", groupB, &unsentB, 2)
+	go func() {
+		_, err := p.Run(t.Context(), incrScript, []string{"plain"}, nil, false)
+		results <- result{err, "plain"}
+	}()
+	poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == 4 })
+
+	p.Withdraw(groupA, time.Hour) // not busy for that long: nothing
+	assert.Equal(t, 4, queueLen(p))
+	assert.Zero(t, unsentA.Load())
+
+	time.Sleep(2 * time.Millisecond)
+	p.Withdraw(groupA, time.Millisecond)
+	assert.Equal(t, uint64(1<<1|1<<3), unsentA.Load(), "set before Withdraw returns")
+	assert.Zero(t, unsentB.Load())
+	assert.Equal(t, 2, queueLen(p))
+	for range 2 {
+		r := <-results
+		assert.Contains(t, []string{"a1", "a3"}, r.key)
+		assert.ErrorIs(t, r.err, ErrWithdrawn)
+		assert.ErrorIs(t, r.err, ErrNotSent)
+	}
+
+	require.NoError(t, m.Resume(t.Context()))
+	require.NoError(t, <-occupied)
+	for range 2 {
+		assert.NoError(t, (<-results).err)
+	}
+	assert.Zero(t, getInt(t, admin, "a1"))
+	assert.Zero(t, getInt(t, admin, "a3"))
+	assert.Equal(t, int64(1), getInt(t, admin, "b"))
+	assert.Equal(t, int64(1), getInt(t, admin, "plain"))
+	s := statsOf(p)
+	assert.Equal(t, 2, s.withdrawn)
+	assert.Zero(t, p.loose)
+}
+
+type skipIndex int
+
+func (s skipIndex) Skip(i int) bool { return i == int(s) }
+
+// A kept call whose Skipper says so is answered 0 without being sent,
+// whether it would go alone or in a batch; the Skipper is asked when the
+// call would be sent, not when it is made.
+func TestPipelineKeptCallSkipped(t *testing.T) {
+	m, admin, p := startMaster(t)
+	v, err := p.RunKept(t.Context(), incrScript, []string{"alone"}, nil, skipIndex(1), 1)
+	require.NoError(t, err)
+	assert.Zero(t, v)
+	v, err = p.RunKept(t.Context(), incrScript, []string{"alone"}, nil, skipIndex(1), 2)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), v, "not skipped: sent")
+
+	occupied := occupy(t, m, p)
+	var skipNow atomic.Bool
+	lateSkip := skipper(func(int) bool { return skipNow.Load() })
+	done := make(chan int64, 2)
+	go func() {
+		v, _ := p.RunKept(context.Background(), incrScript, []string{"queued"}, nil, lateSkip, 0)
+		done <- v
+	}()
+	go func() {
+		v, _ := p.RunKept(context.Background(), incrScript, []string{"queued"}, nil, skipIndex(1), 0)
+		done <- v
+	}()
+	poll(t, 5*time.Second, "both queued", func() bool { return queueLen(p) == 2 })
+	skipNow.Store(true)
+	require.NoError(t, m.Resume(t.Context()))
+	require.NoError(t, <-occupied)
+	assert.ElementsMatch(t, []int64{0, 1}, []int64{<-done, <-done})
+	assert.Equal(t, int64(1), getInt(t, admin, "queued"), "only the call not skipped")
+	assert.Equal(t, 2, statsOf(p).skipped)
+}
+
+type skipper func(int) bool
+
+func (s skipper) Skip(i int) bool { return s(i) }
