@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,7 +17,7 @@ import (
 // TTL (see scripts.lua), so sending it again, or late, is harmless.
 type cleanup struct {
 	script *redis.Script
-	keys   []string
+	keys   pipeline.Keys
 	args   []any
 }
 
@@ -80,7 +81,7 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args, mustSend, evalHooks{})
 		return err
 	}
-	return cu.script.Eval(ctx, nd.client, cu.keys, cu.args...).Err()
+	return cu.script.Eval(ctx, nd.client, cu.keys.Names, cu.args...).Err()
 }
 
 // retryLater queues cu for retries on master i, which gave no answer (an

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
 // Lock is a lock held on a quorum of masters: one exclusive acquisition,
@@ -21,8 +23,14 @@ type Lock struct {
 	key    string
 	value  string // the owner: random for Acquire
 	nonce  string // random per Lock: see scripts.lua
-	keys   []string
+	keys   pipeline.Keys
 	token  uint64 // set before the Lock is returned, then never changed
+	// boxed holds, boxed once, the arguments that args sends again and
+	// again; set before the Lock is used, then never changed.
+	boxed struct {
+		value, nonce, writeWait, ttlMs any
+		ttl                            time.Duration // the first TTL, of ttlMs
+	}
 	// writeWait > 0: a write lock whose attempts keep new readers out for
 	// that long while readers hold it (see rwmutex.Options.WriteWait).
 	writeWait time.Duration
@@ -150,14 +158,29 @@ func (l *Lock) args(ttl time.Duration, holds int64) []any {
 	if l.mode.fenced && l.client.fencing {
 		fence = "1"
 	}
-	return []any{l.value, ttl.Milliseconds(), holds, fence, l.writeWait.Milliseconds(), l.nonce}
+	b := &l.boxed
+	ms := b.ttlMs
+	if ttl != b.ttl {
+		ms = ttl.Milliseconds()
+	}
+	args := make([]any, 6, 7) // room for markArgs
+	args[0], args[1], args[2], args[3], args[4], args[5] = b.value, ms, holds, fence, b.writeWait, b.nonce
+	return args
+}
+
+// box sets l.boxed; l must not be in use yet.
+func (l *Lock) box() {
+	b := &l.boxed
+	b.value, b.nonce, b.writeWait, b.ttl, b.ttlMs = l.value, l.nonce, l.writeWait.Milliseconds(), l.ttl, l.ttl.Milliseconds()
 }
 
 // markArgs returns args with the flag that makes a release leave a marker
 // where it finds nothing of this Lock, so that the acquire it undoes is
-// refused if it lands later (see scripts.lua).
+// refused if it lands later (see scripts.lua). It may share args' array,
+// whose elements it leaves as they are: args must not be appended to
+// again.
 func markArgs(args []any) []any {
-	return append(args[:len(args):len(args)], "1")
+	return append(args, "1")
 }
 
 // take runs the acquire round for the given number of holds: 1 for a new

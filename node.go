@@ -210,7 +210,7 @@ type evalHooks struct {
 // (network error, timeout, Redis error), or a call not sent (matching
 // pipeline.ErrNotSent). See pipeline.Run, RunKept and RunWithdrawable for
 // the modes and hooks.
-func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, args []any, mode sendMode, h evalHooks) (int64, error) {
+func (n *node) eval(ctx context.Context, s *redis.Script, keys pipeline.Keys, args []any, mode sendMode, h evalHooks) (int64, error) {
 	var v int64
 	var err error
 	switch {

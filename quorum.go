@@ -18,7 +18,7 @@ type op struct {
 	key      string        // the caller's key, for errors
 	script   *redis.Script // run on every master
 	undo     *redis.Script // run where script may have applied, if the round fails; nil for none
-	keys     []string
+	keys     pipeline.Keys
 	args     []any
 	undoArgs []any // arguments of undo
 	// markArgs are undo's arguments where the call's outcome is unknown
@@ -86,7 +86,7 @@ type round struct {
 	began    time.Time
 	start    time.Time // set with an Observer only
 	failed   bool
-	finished chan int     // masters done with their undo; nil without undo
+	finished chan int     // masters done with their undo; set for a failed round with undo
 	running  atomic.Int32 // goroutines still running
 	cancel   context.CancelFunc
 }
@@ -174,9 +174,6 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	deadline := time.NewTimer(c.masterTimeout) // of the decision
 	defer deadline.Stop()
 	r.cancel = cancel
-	if o.undo != nil {
-		r.finished = make(chan int, n)
-	}
 	r.running.Store(int32(n))
 	c.inflight.Add(n)
 	c.mu.RUnlock()
@@ -245,6 +242,9 @@ wait:
 		return res, nil
 	}
 	r.failed = true
+	if o.undo != nil {
+		r.finished = make(chan int, n) // read by the calls once decided is closed
+	}
 	close(r.decided)
 	if r.finished != nil {
 		var grace <-chan time.Time

@@ -482,7 +482,8 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: m.keys(c.prefix, key), ttl: ttl, writeWait: writeWait}
+	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), ttl: ttl, writeWait: writeWait}
+	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.take(ctx, 1); err != nil {

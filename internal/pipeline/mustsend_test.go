@@ -37,7 +37,7 @@ func TestPipelineMustSendAloneOutlivesCallerContext(t *testing.T) {
 			defer cancel()
 			errc := make(chan error, 1)
 			go func() {
-				_, err := p.Run(ctx, incrScript, []string{"must"}, nil, true)
+				_, err := p.Run(ctx, incrScript, NewKeys("must"), nil, true)
 				errc <- err
 			}()
 			poll(t, 5*time.Second, "sending the call alone", func() bool { return statsOf(p).alone == 1 })
@@ -105,7 +105,7 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		_, err := p.Run(ctx, otherScript, nil, []any{0}, false)
+		_, err := p.Run(ctx, otherScript, Keys{}, []any{0}, false)
 		occupied <- err
 	}()
 	poll(t, 5*time.Second, "sending the occupying call", func() bool { return statsOf(p).alone == 1 })
@@ -114,7 +114,7 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 	defer cancel()
 	must := make(chan error, 1)
 	go func() {
-		_, err := p.Run(ctx, incrScript, []string{"must"}, nil, true)
+		_, err := p.Run(ctx, incrScript, NewKeys("must"), nil, true)
 		must <- err
 	}()
 	poll(t, 5*time.Second, "the mustSend call queued", func() bool { return queueLen(p) == 1 })
@@ -153,7 +153,7 @@ func TestPipelineAbortDropsQueuedCalls(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			_, err := p.Run(context.Background(), incrScript, []string{"must"}, nil, true)
+			_, err := p.Run(context.Background(), incrScript, NewKeys("must"), nil, true)
 			errs <- err
 		}()
 	}
@@ -183,6 +183,6 @@ func TestPipelineAbortDropsQueuedCalls(t *testing.T) {
 		t.Fatal("Abort did not return after the call in flight ended")
 	}
 	assert.Zero(t, getInt(t, admin, "must"), "a dropped call was sent")
-	_, err := p.Run(context.Background(), incrScript, []string{"must"}, nil, true)
+	_, err := p.Run(context.Background(), incrScript, NewKeys("must"), nil, true)
 	assert.ErrorIs(t, err, ErrClosed)
 }

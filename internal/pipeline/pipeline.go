@@ -20,6 +20,28 @@ type pipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
+// processor is a master's client that runs a command made by its caller.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Keys are the keys of a script call, also boxed for its command's
+// arguments: made once with NewKeys, they serve many calls without boxing
+// each key again. The zero Keys is no key.
+type Keys struct {
+	Names []string
+	boxed []any
+}
+
+// NewKeys returns the Keys of names; names must not change afterwards.
+func NewKeys(names ...string) Keys {
+	boxed := make([]any, len(names))
+	for i, n := range names {
+		boxed[i] = n
+	}
+	return Keys{Names: names, boxed: boxed}
+}
+
 const (
 	// maxBatch bounds the calls written together: about 150 bytes each, so
 	// a batch stays well under go-redis's write buffer.
@@ -80,6 +102,7 @@ func notSent(err error) error {
 // hooks. A Pipeline is safe for concurrent use.
 type Pipeline struct {
 	client redis.Scripter
+	proc   processor     // a go-redis client; nil: calls sent alone go through Script.Run
 	piper  pipeliner     // nil: the client cannot pipeline
 	limit  time.Duration // bound of every batch and of every mustSend call
 
@@ -134,7 +157,7 @@ type hooks struct {
 type call struct {
 	ctx      context.Context
 	script   *redis.Script
-	keys     []string
+	keys     Keys
 	args     []any
 	mustSend bool       // never refused for a full queue nor dropped once queued
 	detach   bool       // sent alone on a goroutine of its own (Run's mustSend)
@@ -179,6 +202,12 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 		panic("redlock: pipeline limit must be positive")
 	}
 	p := &Pipeline{client: client, limit: limit}
+	switch c := client.(type) {
+	case *redis.Client, *redis.ClusterClient, *redis.Ring:
+		// Their EvalSha is a Process of its command. Another type's may
+		// be its own.
+		p.proc = c.(processor)
+	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		// One pipeline for several servers: a slow one would hold up the
@@ -213,7 +242,7 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 // keys and args are only read, but possibly after Run returns (a mustSend
 // call), so the caller must not modify them afterwards. As go-redis does,
 // a lone []string or []any argument is expanded; maps and structs are not.
-func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend bool) (int64, error) {
+func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys Keys, args []any, mustSend bool) (int64, error) {
 	return p.run(ctx, s, keys, args, mustSend, mustSend, hooks{})
 }
 
@@ -225,14 +254,14 @@ func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys []string, args
 //
 // If skip is not nil and skip.Skip(index) is true when the call would be
 // sent, alone or in a batch, it is answered 0 instead, without being sent.
-func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys []string, args []any, skip Skipper, index int) (int64, error) {
+func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys Keys, args []any, skip Skipper, index int) (int64, error) {
 	return p.run(ctx, s, keys, args, true, false, hooks{skip: skip, index: index})
 }
 
 // RunWithdrawable is Run for a call that may be shed and that Withdraw
 // may take back, with group as its argument, while it is queued; then it
 // sets bit index of unsent and answers ErrWithdrawn.
-func (p *Pipeline) RunWithdrawable(ctx context.Context, s *redis.Script, keys []string, args []any, group <-chan struct{}, unsent *atomic.Uint64, index int) (int64, error) {
+func (p *Pipeline) RunWithdrawable(ctx context.Context, s *redis.Script, keys Keys, args []any, group <-chan struct{}, unsent *atomic.Uint64, index int) (int64, error) {
 	return p.run(ctx, s, keys, args, false, false, hooks{group: group, unsent: unsent, index: index})
 }
 
@@ -264,7 +293,7 @@ func (p *Pipeline) Withdraw(group <-chan struct{}, behind time.Duration) {
 	p.queue = kept
 }
 
-func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args []any, mustSend, detach bool, h hooks) (int64, error) {
+func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []any, mustSend, detach bool, h hooks) (int64, error) {
 	ended := ctx.Err()
 	if ended != nil && !detach {
 		return 0, notSent(ended)
@@ -289,7 +318,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args
 		if detach {
 			return p.runAloneDetached(ctx, s, keys, args)
 		}
-		v, err := s.Run(ctx, p.client, keys, args...).Int64()
+		v, err := p.runAlone(ctx, s, keys, args)
 		if p.endAlone() {
 			go p.drain()
 		}
@@ -309,15 +338,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args
 	// Build the command outside the lock, then queue it.
 	c := callPool.Get().(*call)
 	c.ctx, c.script, c.keys, c.args, c.mustSend, c.detach, c.hooks = ctx, s, keys, args, mustSend, detach, h
-	c.argv = append(c.argv, "evalsha", boxedHash(s), len(keys))
-	for _, k := range keys {
-		c.argv = append(c.argv, k)
-	}
-	c.argv = appendArgs(c.argv, args)
-	c.cmd = redis.NewCmd(ctx, c.argv...)
-	if len(keys) > 0 {
-		c.cmd.SetFirstKeyPos(3) // as go-redis does, for cluster routing
-	}
+	c.cmd = c.evalSHA(ctx, s, keys, args)
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	if !p.busy {
@@ -334,7 +355,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys []string, args
 // runAloneDetached sends mustSend call s alone, on a goroutine of its own
 // so that ctx's end cannot cut it, and waits for its reply or for ctx to
 // end. The call holds busy (if the client pipelines) and a count in wg.
-func (p *Pipeline) runAloneDetached(ctx context.Context, s *redis.Script, keys []string, args []any) (int64, error) {
+func (p *Pipeline) runAloneDetached(ctx context.Context, s *redis.Script, keys Keys, args []any) (int64, error) {
 	c := callPool.Get().(*call)
 	c.mustSend, c.detach, c.state = true, true, sent
 	go p.sendAloneDetached(ctx, c, s, keys, args)
@@ -344,9 +365,9 @@ func (p *Pipeline) runAloneDetached(ctx context.Context, s *redis.Script, keys [
 // sendAloneDetached sends mustSend call c, made with ctx, under a context
 // that ctx's end cannot cut, bounded by limit, then ends it as a call sent
 // alone.
-func (p *Pipeline) sendAloneDetached(ctx context.Context, c *call, s *redis.Script, keys []string, args []any) {
+func (p *Pipeline) sendAloneDetached(ctx context.Context, c *call, s *redis.Script, keys Keys, args []any) {
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.limit)
-	v, err := s.Run(sendCtx, p.client, keys, args...).Int64()
+	v, err := p.runAlone(sendCtx, s, keys, args)
 	cancel()
 	p.mu.Lock()
 	p.doneLocked(c, v, err)
@@ -372,6 +393,41 @@ func (p *Pipeline) endAlone() (drain bool) {
 	p.busy = false
 	p.wg.Done()
 	return false
+}
+
+// evalSHA builds, in c's reused argument buffer, the EVALSHA command of s
+// with keys and args.
+func (c *call) evalSHA(ctx context.Context, s *redis.Script, keys Keys, args []any) *redis.Cmd {
+	c.argv = append(c.argv, "evalsha", boxedHash(s), len(keys.Names))
+	if keys.boxed != nil {
+		c.argv = append(c.argv, keys.boxed...)
+	} else {
+		for _, k := range keys.Names {
+			c.argv = append(c.argv, k)
+		}
+	}
+	c.argv = appendArgs(c.argv, args)
+	cmd := redis.NewCmd(ctx, c.argv...)
+	if len(keys.Names) > 0 {
+		cmd.SetFirstKeyPos(3) // as go-redis does, for cluster routing
+	}
+	return cmd
+}
+
+// runAlone sends s as Script.Run does (EVALSHA, then EVAL on NOSCRIPT),
+// with the keys boxed once.
+func (p *Pipeline) runAlone(ctx context.Context, s *redis.Script, keys Keys, args []any) (int64, error) {
+	if p.proc == nil {
+		return s.Run(ctx, p.client, keys.Names, args...).Int64()
+	}
+	c := callPool.Get().(*call)
+	defer c.recycle()
+	cmd := c.evalSHA(ctx, s, keys, args)
+	_ = p.proc.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		return s.Eval(ctx, p.client, keys.Names, args...).Int64()
+	}
+	return cmd.Int64()
 }
 
 // scriptHashes maps a *redis.Script to its SHA1 as an any, so that queued
@@ -547,7 +603,7 @@ func (p *Pipeline) send(batch []*call) (resent bool) {
 
 	for _, c := range batch {
 		if isNoScript(c.cmd.Err()) {
-			c.cmd = c.script.Eval(ctx, p.pipe, c.keys, c.args...) // queued on p.pipe
+			c.cmd = c.script.Eval(ctx, p.pipe, c.keys.Names, c.args...) // queued on p.pipe
 			resent = true
 		}
 	}

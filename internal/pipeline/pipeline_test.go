@@ -80,7 +80,7 @@ func occupy(t *testing.T, m harness.Master, p *Pipeline) <-chan error {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testLimit)
 		defer cancel()
-		_, err := p.Run(ctx, otherScript, nil, []any{0}, false)
+		_, err := p.Run(ctx, otherScript, Keys{}, []any{0}, false)
 		errc <- err
 	}()
 	poll(t, 5*time.Second, "sending the occupying call", func() bool { return statsOf(p).alone == alone+1 })
@@ -122,7 +122,7 @@ func echoAll(t *testing.T, p *Pipeline, n, base int, started func()) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), testLimit)
 			defer cancel()
-			got[i], errs[i] = p.Run(ctx, echoScript, nil, []any{base + i}, false)
+			got[i], errs[i] = p.Run(ctx, echoScript, Keys{}, []any{base + i}, false)
 		})
 	}
 	if started != nil {
@@ -148,7 +148,7 @@ func TestPipelineRepliesMatchCalls(t *testing.T) {
 			for r := range rounds {
 				want := g*1000 + r
 				ctx, cancel := context.WithTimeout(context.Background(), testLimit)
-				v, err := p.Run(ctx, echoScript, nil, []any{strconv.Itoa(want)}, r%2 == 0)
+				v, err := p.Run(ctx, echoScript, Keys{}, []any{strconv.Itoa(want)}, r%2 == 0)
 				cancel()
 				switch {
 				case err != nil:
@@ -188,7 +188,7 @@ func TestPipelineBatchesCallsMadeWhileBusy(t *testing.T) {
 // goroutine, also right after a batch: no batch, no drainer.
 func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 	m, _, p := startMaster(t)
-	v, err := p.Run(t.Context(), echoScript, nil, []any{7}, false)
+	v, err := p.Run(t.Context(), echoScript, Keys{}, []any{7}, false)
 	require.NoError(t, err)
 	assert.Equal(t, int64(7), v)
 	assert.Equal(t, stats{alone: 1}, statsOf(p))
@@ -201,7 +201,7 @@ func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 	require.NoError(t, <-occupied)
 	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
 	before := statsOf(p)
-	v, err = p.Run(t.Context(), echoScript, nil, []any{8}, false)
+	v, err = p.Run(t.Context(), echoScript, Keys{}, []any{8}, false)
 	require.NoError(t, err)
 	assert.Equal(t, int64(8), v)
 	after := statsOf(p)
@@ -228,9 +228,9 @@ func TestPipelinePausedMaster(t *testing.T) {
 		defer cancel()
 		var err error
 		if key == "kept" {
-			_, err = p.RunKept(ctx, incrScript, []string{key}, nil, nil, 0)
+			_, err = p.RunKept(ctx, incrScript, NewKeys(key), nil, nil, 0)
 		} else {
-			_, err = p.Run(ctx, incrScript, []string{key}, nil, mustSend)
+			_, err = p.Run(ctx, incrScript, NewKeys(key), nil, mustSend)
 		}
 		return result{err, time.Since(deadline)}
 	}
@@ -245,7 +245,7 @@ func TestPipelinePausedMaster(t *testing.T) {
 	poll(t, 3*time.Second, "queue full", func() bool { return queueLen(p) == maxQueued })
 
 	start := time.Now()
-	_, err := p.Run(t.Context(), incrScript, []string{"loose"}, nil, false)
+	_, err := p.Run(t.Context(), incrScript, NewKeys("loose"), nil, false)
 	assert.ErrorIs(t, err, ErrQueueFull)
 	assert.ErrorIs(t, err, ErrNotSent)
 	assert.Less(t, time.Since(start), time.Second, "a full queue refuses at once")
@@ -305,7 +305,7 @@ func TestPipelineDrainerDropsEndedCalls(t *testing.T) {
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	queued := func(key string, mustSend bool) *call {
-		c := &call{ctx: ended, script: incrScript, keys: []string{key}, mustSend: mustSend, detach: mustSend, done: make(chan struct{}, 1)}
+		c := &call{ctx: ended, script: incrScript, keys: NewKeys(key), mustSend: mustSend, detach: mustSend, done: make(chan struct{}, 1)}
 		c.argv = []any{"evalsha", incrScript.Hash(), 1, key}
 		c.cmd = redis.NewCmd(ended, c.argv...)
 		c.cmd.SetFirstKeyPos(3)
@@ -340,11 +340,11 @@ func TestPipelineEndedContextOnIdleMaster(t *testing.T) {
 	_, admin, p := startMaster(t)
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := p.Run(ended, incrScript, []string{"loose"}, nil, false)
+	_, err := p.Run(ended, incrScript, NewKeys("loose"), nil, false)
 	assert.ErrorIs(t, err, ErrNotSent)
 	assert.ErrorIs(t, err, context.Canceled)
 
-	v, err := p.Run(ended, incrScript, []string{"must"}, nil, true)
+	v, err := p.Run(ended, incrScript, NewKeys("must"), nil, true)
 	if err != nil { // the reply may also have come first
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.NotErrorIs(t, err, ErrNotSent)
@@ -363,7 +363,7 @@ func TestPipelineEndedContextOnIdleMaster(t *testing.T) {
 // EVAL in one more write, and every call gets its own reply.
 func TestPipelineNoScriptInBatch(t *testing.T) {
 	m, admin, p := startMaster(t)
-	_, err := p.Run(t.Context(), echoScript, nil, []any{1}, false)
+	_, err := p.Run(t.Context(), echoScript, Keys{}, []any{1}, false)
 	require.NoError(t, err)
 	require.NoError(t, admin.ScriptFlush(t.Context()).Err())
 	exists, err := admin.ScriptExists(t.Context(), echoScript.Hash()).Result()
@@ -393,7 +393,7 @@ func TestPipelineCloseWaitsAndLeavesNothing(t *testing.T) {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			_, _ = p.Run(ctx, incrScript, []string{"k"}, nil, true)
+			_, _ = p.Run(ctx, incrScript, NewKeys("k"), nil, true)
 		})
 	}
 	poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == n })
@@ -408,7 +408,7 @@ func TestPipelineCloseWaitsAndLeavesNothing(t *testing.T) {
 		t.Fatal("Close returned while calls were queued")
 	case <-time.After(100 * time.Millisecond):
 	}
-	_, err := p.Run(t.Context(), echoScript, nil, []any{1}, true)
+	_, err := p.Run(t.Context(), echoScript, Keys{}, []any{1}, true)
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.ErrorIs(t, err, ErrNotSent)
 
@@ -431,12 +431,12 @@ func TestPipelineWithoutPipelining(t *testing.T) {
 	p := New(struct{ redis.Scripter }{pp.client}, testLimit)
 	require.Nil(t, p.piper)
 	echoAll(t, p, 16, 0, nil)
-	v, err := p.Run(t.Context(), echoScript, nil, []any{5}, true)
+	v, err := p.Run(t.Context(), echoScript, Keys{}, []any{5}, true)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), v, "a mustSend call")
 	assert.Equal(t, stats{}, statsOf(p))
 	p.Close()
-	_, err = p.Run(t.Context(), echoScript, nil, []any{1}, false)
+	_, err = p.Run(t.Context(), echoScript, Keys{}, []any{1}, false)
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
@@ -450,19 +450,19 @@ func BenchmarkPipeline(b *testing.B) {
 		for _, g := range []int{1, 16, 64} {
 			for _, mode := range []string{"plain", "pipeline"} {
 				b.Run(fmt.Sprintf("masters=%d/goroutines=%d/%s", masters, g, mode), func(b *testing.B) {
-					runners := make([]func(context.Context, []string, []any) (int64, error), masters)
+					runners := make([]func(context.Context, Keys, []any) (int64, error), masters)
 					var pipes []*Pipeline
 					for i, cl := range clients {
 						if mode == "plain" {
-							runners[i] = func(ctx context.Context, keys []string, args []any) (int64, error) {
-								return benchScript.Run(ctx, cl, keys, args...).Int64()
+							runners[i] = func(ctx context.Context, keys Keys, args []any) (int64, error) {
+								return benchScript.Run(ctx, cl, keys.Names, args...).Int64()
 							}
 							continue
 						}
 						p := New(cl, time.Second)
 						defer p.Close()
 						pipes = append(pipes, p)
-						runners[i] = func(ctx context.Context, keys []string, args []any) (int64, error) {
+						runners[i] = func(ctx context.Context, keys Keys, args []any) (int64, error) {
 							return p.Run(ctx, benchScript, keys, args, false)
 						}
 					}
@@ -488,7 +488,7 @@ var benchScript = redis.NewScript("redis.call('SET', KEYS[1], ARGV[1], 'PX', 600
 
 // benchRounds runs b.N rounds from g goroutines; a round calls every runner
 // in parallel and waits for all.
-func benchRounds(b *testing.B, g int, runners []func(context.Context, []string, []any) (int64, error)) {
+func benchRounds(b *testing.B, g int, runners []func(context.Context, Keys, []any) (int64, error)) {
 	var next atomic.Int64
 	var failed atomic.Int64
 	b.ReportAllocs()
@@ -496,7 +496,7 @@ func benchRounds(b *testing.B, g int, runners []func(context.Context, []string, 
 	var wg sync.WaitGroup
 	for w := range g {
 		wg.Go(func() {
-			keys := []string{"bench:" + strconv.Itoa(w)}
+			keys := NewKeys("bench:" + strconv.Itoa(w))
 			args := []any{"value-" + strconv.Itoa(w)}
 			var round sync.WaitGroup
 			for next.Add(1) <= int64(b.N) {

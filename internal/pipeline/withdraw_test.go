@@ -26,14 +26,14 @@ func TestPipelineWithdraw(t *testing.T) {
 	}
 	results := make(chan result, 4)
 	run := func(key string, group chan struct{}, unsent *atomic.Uint64, index int) {
-		_, err := p.RunWithdrawable(t.Context(), incrScript, []string{key}, nil, group, unsent, index)
+		_, err := p.RunWithdrawable(t.Context(), incrScript, NewKeys(key), nil, group, unsent, index)
 		results <- result{err, key}
 	}
 	go run("a1", groupA, &unsentA, 1)
 	go run("a3", groupA, &unsentA, 3)
 	go run("b", groupB, &unsentB, 2)
 	go func() {
-		_, err := p.Run(t.Context(), incrScript, []string{"plain"}, nil, false)
+		_, err := p.Run(t.Context(), incrScript, NewKeys("plain"), nil, false)
 		results <- result{err, "plain"}
 	}()
 	poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == 4 })
@@ -77,10 +77,10 @@ func (s skipIndex) Skip(i int) bool { return i == int(s) }
 // call would be sent, not when it is made.
 func TestPipelineKeptCallSkipped(t *testing.T) {
 	m, admin, p := startMaster(t)
-	v, err := p.RunKept(t.Context(), incrScript, []string{"alone"}, nil, skipIndex(1), 1)
+	v, err := p.RunKept(t.Context(), incrScript, NewKeys("alone"), nil, skipIndex(1), 1)
 	require.NoError(t, err)
 	assert.Zero(t, v)
-	v, err = p.RunKept(t.Context(), incrScript, []string{"alone"}, nil, skipIndex(1), 2)
+	v, err = p.RunKept(t.Context(), incrScript, NewKeys("alone"), nil, skipIndex(1), 2)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), v, "not skipped: sent")
 
@@ -89,11 +89,11 @@ func TestPipelineKeptCallSkipped(t *testing.T) {
 	lateSkip := skipper(func(int) bool { return skipNow.Load() })
 	done := make(chan int64, 2)
 	go func() {
-		v, _ := p.RunKept(context.Background(), incrScript, []string{"queued"}, nil, lateSkip, 0)
+		v, _ := p.RunKept(context.Background(), incrScript, NewKeys("queued"), nil, lateSkip, 0)
 		done <- v
 	}()
 	go func() {
-		v, _ := p.RunKept(context.Background(), incrScript, []string{"queued"}, nil, skipIndex(1), 0)
+		v, _ := p.RunKept(context.Background(), incrScript, NewKeys("queued"), nil, skipIndex(1), 0)
 		done <- v
 	}()
 	poll(t, 5*time.Second, "both queued", func() bool { return queueLen(p) == 2 })
