@@ -607,6 +607,7 @@ func BenchmarkCommands(b *testing.B) {
 		seq("lockunlock", libCase{Redsync, n}, false)
 	}
 	seq("lockunlock", libCase{Redislock, 1}, false)
+	seq("lockunlock", libCase{RedlockUnfenced, 5}, false)
 	seq("relock", libCase{Redlock, 5}, true)
 	seq("relock", libCase{Redsync, 5}, true)
 	const g = 16

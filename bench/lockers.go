@@ -88,14 +88,17 @@ const (
 	// RedlockRueidis is redlock on rueidis clients (its own pipelining)
 	// through package rueidisadapter.
 	RedlockRueidis = "redlock+rueidis"
+	// RedlockUnfenced is redlock without fencing tokens
+	// (Options.NoFencing), as redsync and redislock are.
+	RedlockUnfenced = "redlock-unfenced"
 )
 
 // NewLocker returns the named library on the given masters, all with TTL.
 // Redislock takes exactly one master.
 func NewLocker(lib string, masters []*redis.Client) (Locker, error) {
 	switch lib {
-	case Redlock:
-		c, err := redlock.New(masters, nil)
+	case Redlock, RedlockUnfenced:
+		c, err := redlock.New(masters, &redlock.Options{NoFencing: lib == RedlockUnfenced})
 		if err != nil {
 			return nil, err
 		}
