@@ -200,7 +200,7 @@ const (
 type evalHooks struct {
 	skip   pipeline.Skipper
 	index  int
-	group  <-chan struct{}
+	group  *pipeline.Group
 	unsent *atomic.Uint64
 }
 

@@ -83,8 +83,8 @@ type round struct {
 	slots    []slot
 	replies  chan int
 	decided  chan struct{}
-	began    time.Time
-	start    time.Time // set with an Observer only
+	group    pipeline.Group // its withdrawable calls (see Client.withdraw)
+	start    time.Time      // set with an Observer only
 	failed   bool
 	finished chan int     // masters done with their undo; set for a failed round with undo
 	running  atomic.Int32 // goroutines still running
@@ -124,6 +124,9 @@ const replyUpgrade = -1
 // release or extend still reaches slow masters, and a call is answered
 // before its undo is sent unless it timed out.
 //
+// With o.withdrawable, calls still queued to masters that are behind when
+// the round is decided are never sent (see Client.withdraw).
+//
 // If the round fails and o.undo is set, o.undo runs on every master where
 // o.script may have applied (it agreed, failed other than surely unsent,
 // or has not answered yet),
@@ -158,7 +161,6 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		return outcome{}, c.quorumError(ctx, r, false, false, 0) // nothing sent
 	}
 	res := outcome{start: time.Now()}
-	r.began = res.start
 	if c.observer != nil {
 		r.start = res.start
 	}
@@ -267,8 +269,8 @@ wait:
 }
 
 // withdraw takes back the round's calls still queued to masters that are
-// behind: busy with earlier calls for twice as long as the round took to
-// be decided, and at least minBehind. Their answers would come after the
+// behind, or about to be: busy with earlier calls for twice as long as the
+// round took to be decided, and at least minBehind. Their answers would come after the
 // decision, and would cost the master, and the client the replies, at the
 // moment it is slowest. Where an acquire is withdrawn nothing needs
 // undoing, and the lock's releases skip that master.
@@ -276,7 +278,7 @@ func (c *Client) withdraw(r *round, elapsed time.Duration) {
 	behind := max(2*elapsed, minBehind)
 	for i := range r.slots {
 		if !r.slots[i].read {
-			c.nodes[i].pipe.Withdraw(r.decided, behind)
+			c.nodes[i].pipe.Withdraw(&r.group, behind)
 		}
 	}
 }
@@ -364,7 +366,7 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	}
 	h := evalHooks{skip: o.skip, index: i}
 	if o.withdrawable {
-		h.group, h.unsent = r.decided, o.unsent
+		h.group, h.unsent = &r.group, o.unsent
 	}
 	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, mode, h)
 	if o.unsent != nil && errors.Is(s.err, pipeline.ErrNotSent) {

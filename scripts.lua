@@ -108,10 +108,13 @@ end
 -- nil for no value (false) or one not in this form.
 local function parse(v)
   if not v then return nil end
-  return v:match('^(%d+):(%d+):([01]):(.*)$')
+  local holds, token, waited, holder = v:match('^(%d+):(%d+):([01]):(.*)$')
+  local n, rest = (holder or ''):match('^(%d+):(.*)$')
+  if not n or tonumber(n) > #rest then return nil end
+  return holds, token, waited, holder
 end
 
--- ownerOf returns the owner part of a holder.
+-- ownerOf returns the owner part of a holder that parse returned.
 local function ownerOf(holder)
   local n, rest = holder:match('^(%d+):(.*)$')
   return rest:sub(tonumber(n) + 1)
@@ -213,9 +216,10 @@ return 1
 -- Granted unless another owner holds the write lock, or a writer waits and
 -- this owner does not read yet. Each reader expires on its own. The write
 -- lock's release publishes in any case.
-local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
+local found = redis.call('GET', KEYS[1])
+local _, _, _, holder = parse(found)
 local writer = holder and ownerOf(holder)
-if writer and writer ~= ARGV[1] then return 0 end
+if found and writer ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)

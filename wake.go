@@ -16,9 +16,10 @@ type subscriber interface {
 }
 
 // waker is woken when the lock it watches is released on a master, so that
-// a waiter can retry at once instead of polling. Releases publish on the
-// lock's channel on every master; a client keeps one subscription per lock
-// name, shared by its wakers. Messages can be missed (a master restarted,
+// a waiter can retry at once instead of polling. A release publishes on the
+// lock's channel on every master where an acquire was refused while the
+// lock was held (a read-write lock's: on every master); a client keeps one
+// subscription per lock name, shared by its wakers. Messages can be missed (a master restarted,
 // or the release came before the subscription): waiters keep a fallback
 // timer. A waker is safe for concurrent use; Close it when done waiting.
 // One made by a closed, zero or nil Client is never woken.
@@ -80,8 +81,8 @@ func (c *Client) newWaker(key string, all bool) *waker {
 	w := c.watches[channel]
 	if w == nil {
 		var ctx context.Context
-		// A release's copies come from every master, the last one up to
-		// the bound of a call decided without it.
+		// A release's copies come from several masters, the last one up
+		// to the bound of a call decided without it.
 		w = &watch{window: lateCallFactor * c.masterTimeout}
 		ctx, w.cancel = context.WithCancel(context.Background())
 		for i := range c.nodes {

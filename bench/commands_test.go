@@ -118,8 +118,12 @@ func TestCommandsPerLockUnlock(t *testing.T) {
 			t.Logf("%s: %.2f commands per lock+unlock: %v", c, float64(sum)/ops, got.Top)
 			if c.lib == Redlock && c.n > 1 {
 				// redlock's late acquire replies can each add a release
-				// (BENCHMARKS.md); bound it, the report gives the number.
-				assert.True(t, sum >= want && sum <= want+int64(c.n*ops), "%d commands", sum)
+				// (BENCHMARKS.md); an acquire queued to a master that is
+				// behind is withdrawn, and its release skips that master
+				// (on a busy machine). Bound both: every op reaches a
+				// quorum each way; the report gives the number.
+				quorum := int64(c.n/2 + 1)
+				assert.True(t, sum >= 2*quorum*ops && sum <= want+int64(c.n*ops), "%d commands", sum)
 			} else {
 				assert.Equal(t, want, sum, "%v", got.Top)
 			}

@@ -119,8 +119,8 @@ func TestTwoScriptsPerMasterPerLockUnlock(t *testing.T) {
 	// An acquire still queued, when its round is decided, behind a call a
 	// master has been busy with for over a millisecond is withdrawn, and
 	// its release skips that master: neither is sent (rare on loopback,
-	// unless the machine is busy).
-	assert.GreaterOrEqual(t, got, 2*5*pairs*95/100, "at most 5% fewer")
+	// unless the machine is busy). Every pair reaches a quorum each way.
+	assert.GreaterOrEqual(t, got, 2*3*pairs, "fewer than a quorum")
 	// A release that overtakes the late acquire on one master (the acquire's
 	// goroutine had not run yet) is followed by a second delete there: rare
 	// (about 1% under -race), where a delete after every late agreement

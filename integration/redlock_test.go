@@ -415,3 +415,45 @@ func TestContendingClientsNeverOverlap(t *testing.T) {
 	assert.Zero(t, overlaps.Load(), "overlapping critical sections")
 	assert.Equal(t, int64(clients*sections), counter.Load(), "every section counted, no update lost")
 }
+
+// TestForeignKeysAreNeverTakenOver: a key under a lock's name that is not
+// a lock value of this version (an older release's hash, a string of
+// another form) is refused by acquire, read acquire and repair, and left
+// as it was; the round fails where such keys make a quorum impossible.
+func TestForeignKeysAreNeverTakenOver(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	require.NoError(t, cl.Admin(0).HSet(ctx, "{job}", "owner", "old-version", "holds", 1).Err())
+	require.NoError(t, cl.Admin(1).Set(ctx, "{job}", "not a lock", 0).Err())
+	require.NoError(t, cl.Admin(2).Set(ctx, "{job}", "1:1:0:abc", 0).Err()) // the form, but no holder in it
+
+	_, err := c.AcquireAs(ctx, "job", "me", time.Minute)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Zero(t, qe.Agreed)
+	for _, m := range qe.Masters {
+		assert.ErrorIs(t, m.Err, redlock.ErrHeldElsewhere, "refused, not failed: %s", m.Master)
+	}
+	_, err = c.AcquireRead(ctx, "job", "reader", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.ErrorAs(t, err, &qe)
+	assert.Zero(t, qe.Agreed)
+	for i, m := range qe.Masters[1:] {
+		assert.ErrorIs(t, m.Err, redlock.ErrHeldElsewhere, "master %d: a string not in redlock's form is refused", i+1)
+	}
+
+	typ, err := cl.Admin(0).Type(ctx, "{job}").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "hash", typ)
+	for i, want := range map[int]string{1: "not a lock", 2: "1:1:0:abc"} {
+		v, err := cl.Admin(i).Get(ctx, "{job}").Result()
+		require.NoError(t, err)
+		assert.Equal(t, want, v, "master %d", i)
+	}
+	for i := range cl.Masters {
+		n, err := cl.Admin(i).Exists(ctx, "{job}:r").Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "no reader on master %d", i)
+	}
+}

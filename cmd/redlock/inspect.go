@@ -102,6 +102,9 @@ func readMaster(ctx context.Context, c *redis.Client, keys []string) (MasterView
 	wait, waitTTL := p.Get(ctx, ww), p.PTTL(ctx, ww)
 	now := p.Time(ctx)
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if redis.HasErrorPrefix(lock.Err(), "WRONGTYPE") {
+			return MasterView{}, fmt.Errorf("%s is not a redlock lock of this version (not a string): %w", main, lock.Err())
+		}
 		return MasterView{}, err
 	}
 	m := MasterView{Fence: fenceVal.Val(), WriteWait: wait.Val()}

@@ -33,7 +33,7 @@ const (
 	// Quick runs take about 5-25s each: for tests.
 	Quick Scale = iota
 	// Full runs have 8 clients and up to 10,000 sections, and take up to
-	// 3 minutes each: for RELIABILITY.md.
+	// 5 minutes each: for RELIABILITY.md.
 	Full
 )
 
@@ -58,7 +58,7 @@ func Scenarios(s Scale) []Scenario {
 		return Config{
 			Clients:       pick(3, 8),
 			Sections:      pick(200, 1250), // quick: the Duration usually ends a run first
-			Duration:      dur(5*time.Second, 3*time.Minute),
+			Duration:      dur(5*time.Second, 5*time.Minute),
 			TTL:           time.Second,
 			MasterTimeout: 100 * time.Millisecond,
 			Hold:          2 * time.Millisecond,

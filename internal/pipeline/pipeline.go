@@ -54,9 +54,9 @@ const (
 var (
 	// ErrNotSent marks a call that surely did not reach its master: nothing
 	// was applied there, so nothing needs undoing. Run never returns it
-	// alone but wrapped with the reason: ErrQueueFull, ErrClosed, or the
-	// context's error when the caller's context ended before the call was
-	// sent.
+	// alone but wrapped with the reason: ErrQueueFull, ErrClosed,
+	// ErrWithdrawn (RunWithdrawable), or the context's error when the
+	// caller's context ended before the call was sent.
 	ErrNotSent = errors.New("redlock: not sent")
 	// ErrQueueFull is returned at once by a call that may be shed when its
 	// master's queue is full: the master is slow or unreachable. It
@@ -69,7 +69,8 @@ var (
 	// redlock.ErrClosed.
 	ErrClosed = fmt.Errorf("%w: client closed", ErrNotSent)
 	// ErrWithdrawn is returned by a call of RunWithdrawable withdrawn from
-	// the queue of a master that is behind. It matches ErrNotSent.
+	// the queue of a master that is behind (see Withdraw). It matches
+	// ErrNotSent.
 	ErrWithdrawn = fmt.Errorf("%w: withdrawn from the queue of a master that is behind", ErrNotSent)
 
 	// The error of a call whose context ended before it was sent; each
@@ -145,7 +146,7 @@ type Skipper interface {
 
 // hooks are what RunWithdrawable and RunKept add to a call.
 type hooks struct {
-	group  <-chan struct{} // Withdraw's argument
+	group  *Group
 	unsent *atomic.Uint64
 	skip   Skipper
 	index  int
@@ -258,22 +259,31 @@ func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys Keys, args
 	return p.run(ctx, s, keys, args, true, false, hooks{skip: skip, index: index})
 }
 
-// RunWithdrawable is Run for a call that may be shed and that Withdraw
-// may take back, with group as its argument, while it is queued; then it
-// sets bit index of unsent and answers ErrWithdrawn.
-func (p *Pipeline) RunWithdrawable(ctx context.Context, s *redis.Script, keys Keys, args []any, group <-chan struct{}, unsent *atomic.Uint64, index int) (int64, error) {
+// Group is the calls of RunWithdrawable that are withdrawn together: the
+// calls of one quorum round, say. Its zero value is ready to use.
+type Group struct {
+	behind atomic.Int64 // > 0 once Withdraw was called: its behind
+}
+
+// RunWithdrawable is Run for a call that may be shed and that is withdrawn
+// if it is still queued when Withdraw is called for group, or if it would
+// be queued after that, on a master that is behind (see Withdraw): then it
+// sets bit index of unsent, if not nil, and answers ErrWithdrawn.
+func (p *Pipeline) RunWithdrawable(ctx context.Context, s *redis.Script, keys Keys, args []any, group *Group, unsent *atomic.Uint64, index int) (int64, error) {
 	return p.run(ctx, s, keys, args, false, false, hooks{group: group, unsent: unsent, index: index})
 }
 
-// Withdraw takes back the queued calls of RunWithdrawable made with group,
-// if what the master has in flight ahead of them was sent at least behind
-// ago: the master is behind, and their answers are no longer awaited. Each
-// call withdrawn sets its bit in its unsent, if not nil, before Withdraw
-// returns, and is answered ErrWithdrawn. It does not block on the master.
-func (p *Pipeline) Withdraw(group <-chan struct{}, behind time.Duration) {
+// Withdraw takes back group's calls queued to this master, and those that
+// would be queued to it later, while what the master has in flight ahead
+// of them was sent at least behind (> 0) ago: the master is behind, and
+// their answers are no longer awaited. Each call withdrawn sets its bit in
+// its unsent before Withdraw returns (or before it would have been
+// queued). It does not block on the master.
+func (p *Pipeline) Withdraw(group *Group, behind time.Duration) {
+	group.behind.Store(int64(max(behind, 1)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.queue) == 0 || time.Since(p.busySince) < behind {
+	if len(p.queue) == 0 || !p.behindLocked(group) {
 		return
 	}
 	kept := p.queue[:0]
@@ -283,14 +293,28 @@ func (p *Pipeline) Withdraw(group <-chan struct{}, behind time.Duration) {
 			continue
 		}
 		p.loose--
-		p.stats.withdrawn++
-		if c.unsent != nil {
-			c.unsent.Or(1 << c.index)
-		}
+		p.withdrawnLocked(c.hooks)
 		p.doneLocked(c, 0, ErrWithdrawn)
 	}
 	clear(p.queue[len(kept):])
 	p.queue = kept
+}
+
+// behindLocked reports whether Withdraw was called for group and what is
+// in flight was sent at least its behind ago. p.mu must be held, and the
+// master busy.
+func (p *Pipeline) behindLocked(group *Group) bool {
+	b := group.behind.Load()
+	return b > 0 && time.Since(p.busySince) >= time.Duration(b)
+}
+
+// withdrawnLocked counts a withdrawn call and sets its bit. p.mu must be
+// held.
+func (p *Pipeline) withdrawnLocked(h hooks) {
+	p.stats.withdrawn++
+	if h.unsent != nil {
+		h.unsent.Or(1 << h.index)
+	}
 }
 
 func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []any, mustSend, detach bool, h hooks) (int64, error) {
@@ -324,6 +348,12 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []a
 		}
 		return v, err
 	}
+	if h.group != nil && p.behindLocked(h.group) {
+		// Its round was decided while this call was on its way.
+		p.withdrawnLocked(h)
+		p.mu.Unlock()
+		return 0, ErrWithdrawn
+	}
 	if !mustSend {
 		if p.loose >= maxQueued {
 			p.stats.shed++
@@ -343,7 +373,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []a
 	p.queue = append(p.queue, c)
 	if !p.busy {
 		// The master went idle meanwhile: nothing would take the queue.
-		p.busy = true
+		p.busy, p.busySince = true, time.Now()
 		p.wg.Add(1)
 		go p.drain()
 	}
@@ -388,6 +418,7 @@ func (p *Pipeline) endAlone() (drain bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.queue) > 0 {
+		p.busySince = time.Now() // the drainer's batch is next
 		return true
 	}
 	p.busy = false

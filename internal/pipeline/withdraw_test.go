@@ -13,19 +13,20 @@ import (
 // Withdraw takes back the queued calls of its group, and only those, once
 // the master has been busy for at least behind: each sets its bit in
 // unsent before Withdraw returns, is answered ErrWithdrawn and never
-// reaches the master. Other calls, and the same group's calls on a master
-// busy for less than behind, are sent.
+// reaches the master; so is a call of the group made afterwards. Other
+// calls, and the same group's calls on a master busy for less than behind,
+// are sent.
 func TestPipelineWithdraw(t *testing.T) {
 	m, admin, p := startMaster(t)
 	occupied := occupy(t, m, p)
-	groupA, groupB := make(chan struct{}), make(chan struct{})
+	groupA, groupB := new(Group), new(Group)
 	var unsentA, unsentB atomic.Uint64
 	type result struct {
 		err error
 		key string
 	}
 	results := make(chan result, 4)
-	run := func(key string, group chan struct{}, unsent *atomic.Uint64, index int) {
+	run := func(key string, group *Group, unsent *atomic.Uint64, index int) {
 		_, err := p.RunWithdrawable(t.Context(), incrScript, NewKeys(key), nil, group, unsent, index)
 		results <- result{err, key}
 	}
@@ -54,17 +55,27 @@ func TestPipelineWithdraw(t *testing.T) {
 		assert.ErrorIs(t, r.err, ErrNotSent)
 	}
 
+	// Made after Withdraw: not queued at all.
+	_, err := p.RunWithdrawable(t.Context(), incrScript, NewKeys("a0"), nil, groupA, &unsentA, 0)
+	assert.ErrorIs(t, err, ErrWithdrawn)
+	assert.Equal(t, uint64(1<<0|1<<1|1<<3), unsentA.Load())
+
 	require.NoError(t, m.Resume(t.Context()))
 	require.NoError(t, <-occupied)
 	for range 2 {
 		assert.NoError(t, (<-results).err)
 	}
+	// The master is idle: a call of the same group goes out.
+	_, err = p.RunWithdrawable(t.Context(), incrScript, NewKeys("a4"), nil, groupA, &unsentA, 4)
+	assert.NoError(t, err)
+	assert.Equal(t, int64(1), getInt(t, admin, "a4"))
+	assert.Zero(t, getInt(t, admin, "a0"))
 	assert.Zero(t, getInt(t, admin, "a1"))
 	assert.Zero(t, getInt(t, admin, "a3"))
 	assert.Equal(t, int64(1), getInt(t, admin, "b"))
 	assert.Equal(t, int64(1), getInt(t, admin, "plain"))
 	s := statsOf(p)
-	assert.Equal(t, 2, s.withdrawn)
+	assert.Equal(t, 3, s.withdrawn)
 	assert.Zero(t, p.loose)
 }
 
