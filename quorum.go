@@ -270,22 +270,20 @@ wait:
 
 // withdraw takes back the round's calls still queued to masters that are
 // behind, or about to be: busy with earlier calls for twice as long as the
-// round took to be decided, and at least minBehind. Their answers would come after the
-// decision, and would cost the master, and the client the replies, at the
-// moment it is slowest. Where an acquire is withdrawn nothing needs
-// undoing, and the lock's releases skip that master.
+// round took to be decided, and at least a twentieth of MasterTimeout (2.5ms by
+// default), so that a healthy master's jitter withdraws nothing. Their
+// answers would come after the decision, and would cost the master, and
+// the client the replies, at the moment it is slowest. Where an acquire is
+// withdrawn nothing needs undoing, and the lock's releases skip that
+// master.
 func (c *Client) withdraw(r *round, elapsed time.Duration) {
-	behind := max(2*elapsed, minBehind)
+	behind := max(2*elapsed, c.masterTimeout/20)
 	for i := range r.slots {
 		if !r.slots[i].read {
 			c.nodes[i].pipe.Withdraw(&r.group, behind)
 		}
 	}
 }
-
-// minBehind is the least a master must have been busy for a call queued
-// to it to be withdrawn.
-const minBehind = time.Millisecond
 
 // observeRound reports a decided round to the Observer. qe is the round's
 // error, nil if it succeeded.

@@ -117,7 +117,7 @@ func TestTwoScriptsPerMasterPerLockUnlock(t *testing.T) {
 	got := sum(evalCalls(t, cl)) - before
 	t.Logf("%d scripts for %d lock+unlock pairs on 5 masters", got, pairs)
 	// An acquire still queued, when its round is decided, behind a call a
-	// master has been busy with for over a millisecond is withdrawn, and
+	// master has been busy with for long (MasterTimeout/20) is withdrawn, and
 	// its release skips that master: neither is sent (rare on loopback,
 	// unless the machine is busy). Every pair reaches a quorum each way.
 	assert.GreaterOrEqual(t, got, 2*3*pairs, "fewer than a quorum")

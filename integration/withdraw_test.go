@@ -15,10 +15,11 @@ import (
 )
 
 // behind starts five masters and a client whose master 0 is behind: paused,
-// with the call of an acquire of "first" in flight there for 300ms. Rounds
-// on loopback take milliseconds, even on a busy machine, and master 0 is
-// behind once busy for twice as long as a round took to be decided: 300ms
-// leaves a wide margin. Calls end at their contexts' deadlines (seconds),
+// with the call of an acquire of "first" in flight there for 600ms. Master
+// 0 is behind once busy for twice as long as a round took to be decided
+// (rounds on loopback take milliseconds, even on a busy machine), and for
+// at least a twentieth of MasterTimeout (100ms here): 600ms leaves a wide
+// margin. Calls end at their contexts' deadlines (seconds),
 // not at a 200ms read timeout, so master 0 stays busy until it resumes.
 func behind(t *testing.T) (*integration.Cluster, *redlock.Client, *redlock.Lock) {
 	t.Helper()
@@ -38,7 +39,7 @@ func behind(t *testing.T) (*integration.Cluster, *redlock.Client, *redlock.Lock)
 	t.Cleanup(func() { _ = cl.Masters[0].Resume(context.Background()) })
 	first, err := c.Acquire(ctx, "first", time.Minute)
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
 	return cl, c, first
 }
 
