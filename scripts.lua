@@ -104,6 +104,12 @@ local function holderOf(nonce, owner)
   return #nonce .. ':' .. nonce .. owner
 end
 
+-- valueOf is the lock value of holds, token, waited and holder: parse's
+-- inverse.
+local function valueOf(holds, token, waited, holder)
+  return holds .. ':' .. token .. ':' .. waited .. ':' .. holder
+end
+
 -- parse splits a lock value into holds, token, waited and holder; all are
 -- nil for no value (false) or one not in this form.
 local function parse(v)
@@ -132,10 +138,10 @@ local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
 if found[1] then
   local holds, token, waited, holder = parse(found[1])
   if holder ~= me then
-    if waited == '0' then redis.call('SET', KEYS[1], holds .. ':' .. token .. ':1:' .. holder, 'KEEPTTL') end
+    if waited == '0' then redis.call('SET', KEYS[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
     return 0
   end
-  redis.call('SET', KEYS[1], ARGV[3] .. ':' .. token .. ':' .. waited .. ':' .. me, 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', ARGV[2])
   return token
 end
 if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
@@ -159,7 +165,7 @@ if ARGV[4] ~= '0' then
   end
 end
 -- NX: a key of another type is not taken over.
-if not redis.call('SET', KEYS[1], ARGV[3] .. ':' .. token .. ':0:' .. me, 'NX', 'PX', ARGV[2]) then return 0 end
+if not redis.call('SET', KEYS[1], valueOf(ARGV[3], token, '0', me), 'NX', 'PX', ARGV[2]) then return 0 end
 if KEYS[5] and redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
 return token
 
@@ -169,7 +175,7 @@ return token
 local holds, _, waited, holder = parse(redis.call('GET', KEYS[1]))
 if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 raiseFence(KEYS[2], ARGV[3], tonumber(ARGV[2]))
-redis.call('SET', KEYS[1], holds .. ':' .. ARGV[3] .. ':' .. waited .. ':' .. holder, 'KEEPTTL')
+redis.call('SET', KEYS[1], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL')
 return 1
 
 --- extend @value
@@ -191,7 +197,7 @@ if KEYS[3] then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
   if redis.call('ZCARD', KEYS[3]) > 0 then return 0 end
 end
-if not redis.call('SET', KEYS[1], ARGV[3] .. ':' .. ARGV[7] .. ':0:' .. holderOf(ARGV[6], ARGV[1]), 'NX', 'PX', ARGV[2]) then return 0 end
+if not redis.call('SET', KEYS[1], valueOf(ARGV[3], ARGV[7], '0', holderOf(ARGV[6], ARGV[1])), 'NX', 'PX', ARGV[2]) then return 0 end
 if ARGV[4] ~= '0' then raiseFence(KEYS[2], ARGV[7], tonumber(ARGV[8])) end
 return 1
 
@@ -204,7 +210,7 @@ if holder ~= holderOf(ARGV[6], ARGV[1]) then
   return 0
 end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[1], ARGV[3] .. ':' .. token .. ':' .. waited .. ':' .. holder, 'KEEPTTL')
+  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, holder), 'KEEPTTL')
   return 1
 end
 redis.call('DEL', KEYS[1])
