@@ -21,7 +21,7 @@ test: ## gofmt, vet and the whole test suite with -race (the CI command)
 image: ## build redlock-redis:local for the container backend (docker import of Debian's redis-server)
 	scripts/build-image.sh
 
-reliability: deps ## run every nemesis scenario and rewrite RELIABILITY.md (about 35 min)
+reliability: deps ## run every nemesis scenario and rewrite RELIABILITY.md (about 20 min)
 	cd cmd/reliability && $(GO) run . -o ../../RELIABILITY.md
 
 bench: ## run the benchmark suites and write BENCHMARKS.md and docs/bench/*.png (about 10 min)

@@ -9,8 +9,8 @@ import (
 
 // Packages mutex and rwmutex reach these through internal/link.
 func init() {
-	link.NewWaker = func(c any, key string, all bool) link.Waker {
-		return c.(*Client).newWaker(key, all)
+	link.NewWaker = func(c any, key string, all bool, since time.Time) link.Waker {
+		return c.(*Client).newWaker(key, all, since)
 	}
 	link.AcquireWaitingWrite = func(ctx context.Context, c any, key, owner string, ttl, writeWait time.Duration) (any, error) {
 		return c.(*Client).acquireOwned(ctx, writeMode, key, owner, ttl, writeWait)

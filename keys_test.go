@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,7 +128,7 @@ func TestWakerChannelIsWhereReleasesPublish(t *testing.T) {
 	for _, prefix := range []string{"", "app:", "}", "{"} {
 		c := newFakeClient(t, fakes(1), &Options{KeyPrefix: prefix})
 		for _, key := range []string{"k", "}k", "{k}", "a}"} {
-			w := c.newWaker(key, false)
+			w := c.newWaker(key, false, time.Time{})
 			assert.Equal(t, exclusiveMode.keys(prefix, key)[0], w.channel, "prefix %q, key %q", prefix, key)
 			assert.Equal(t, readMode.keys(prefix, key)[0], w.channel)
 			w.Close()

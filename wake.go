@@ -26,6 +26,7 @@ type subscriber interface {
 type waker struct {
 	c       chan struct{} // buffered: a release while the waiter is busy is kept
 	all     bool
+	settled bool // the watch existed before this waker: see Settled
 	client  *Client
 	channel string
 	w       *watch // nil if the waker watches nothing
@@ -43,15 +44,21 @@ type watch struct {
 	mu     sync.Mutex
 	subs   []*redis.PubSub
 	closed bool
-	wakers []*waker   // one-wakers rotate: the first is woken next
-	recent []released // releases seen within the window, oldest first
+	// ready is when the last of the watch's subscriptions was confirmed:
+	// zero until then, and forever for a client none of whose masters can
+	// subscribe.
+	ready       time.Time
+	confirmed   int        // subscriptions confirmed
+	subscribers int        // masters subscribed to; set at creation
+	wakers      []*waker   // one-wakers rotate: the first is woken next
+	recent      []released // releases seen within the window, oldest first
 }
 
 // released is a release seen by a watch: several masters publish it.
 type released struct {
-	id  string // the released Lock's nonce: see scripts.lua
-	at  time.Time
-	one *waker // the one-waker it woke, if any
+	id       string    // the released Lock's nonce: see scripts.lua
+	at, last time.Time // its first and its latest copy
+	one      *waker    // the one-waker it woke, if any
 }
 
 // maxRecent bounds the releases a watch remembers.
@@ -61,9 +68,11 @@ const maxRecent = 64
 // release wakes this waker (for readers, who may share the lock);
 // otherwise each release wakes one of the client's waiters that are not
 // all-wakers, in turn (one waiter per release avoids a thundering herd).
+// A release the lock name's watch saw at or after since (the start of the
+// caller's last attempt; zero: none) wakes the new waker at once.
 // Subscribing does not wait for the masters to confirm. A closed, zero or
 // nil Client returns a waker that is never woken.
-func (c *Client) newWaker(key string, all bool) *waker {
+func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 	ch := make(chan struct{}, 1)
 	if c.check() != nil {
 		return &waker{c: ch}
@@ -87,6 +96,7 @@ func (c *Client) newWaker(key string, all bool) *waker {
 		ctx, w.cancel = context.WithCancel(context.Background())
 		for i := range c.nodes {
 			if s, ok := c.nodes[i].client.(subscriber); ok {
+				w.subscribers++
 				w.done.Add(1)
 				go w.follow(ctx, s, channel)
 			}
@@ -102,9 +112,21 @@ func (c *Client) newWaker(key string, all bool) *waker {
 	k.w = w
 	w.mu.Lock()
 	w.wakers = append(w.wakers, k)
+	if !since.IsZero() {
+		k.settled = !w.ready.IsZero() && w.ready.Before(since)
+		if slices.ContainsFunc(w.recent, func(r released) bool { return !r.last.Before(since) }) {
+			k.c <- struct{}{}
+		}
+	}
 	w.mu.Unlock()
 	return k
 }
+
+// Settled reports whether every master had confirmed the watch's
+// subscription before the caller's last attempt began: a release since
+// then reaches the waker (unless a connection broke meanwhile), and the
+// caller may wait without trying again first.
+func (k *waker) Settled() bool { return k.settled }
 
 // watchLinger is how long a subscription nobody waits on is kept, so that
 // waiters coming and going do not subscribe anew each time.
@@ -192,6 +214,17 @@ func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 	}
 	w.subs = append(w.subs, ps)
 	w.mu.Unlock()
+	// The first reply confirms the subscription: no release published on
+	// this master is missed from then on while the connection lasts. An
+	// error (a master down) leaves the watch unconfirmed; Channel goes on
+	// reconnecting.
+	if _, err := ps.Receive(ctx); err == nil {
+		w.mu.Lock()
+		if w.confirmed++; w.confirmed == w.subscribers {
+			w.ready = time.Now()
+		}
+		w.mu.Unlock()
+	}
 	for m := range ps.Channel() {
 		w.wake(m.Payload)
 	}
@@ -203,6 +236,7 @@ func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 // them. A copy within the window wakes the same waiters again and no other
 // one: a waiter that retried between two copies found the lock still held
 // on the masters the release had not reached yet, and retries once more.
+// (A release that woke no one-waker wakes the next with its later copies.)
 // Every other release, even by the same owner, wakes the next one-waker.
 func (w *watch) wake(id string) {
 	w.mu.Lock()
@@ -214,20 +248,32 @@ func (w *watch) wake(id string) {
 	}
 	w.recent = slices.Delete(w.recent, 0, old)
 	if i := slices.IndexFunc(w.recent, func(r released) bool { return r.id == id }); i >= 0 {
-		w.signal(w.recent[i].one)
+		r := &w.recent[i]
+		r.last = now
+		if r.one == nil { // a waiter that came since may have met the release half done
+			r.one = w.nextOne()
+		}
+		w.signal(r.one)
 		return
 	}
 	if len(w.recent) == maxRecent {
 		w.recent = slices.Delete(w.recent, 0, 1)
 	}
-	i := slices.IndexFunc(w.wakers, func(k *waker) bool { return !k.all })
-	var one *waker
-	if i >= 0 {
-		one = w.wakers[i]
-		w.wakers = append(slices.Delete(w.wakers, i, i+1), one)
-	}
-	w.recent = append(w.recent, released{id: id, at: now, one: one})
+	one := w.nextOne()
+	w.recent = append(w.recent, released{id: id, at: now, last: now, one: one})
 	w.signal(one)
+}
+
+// nextOne returns the next one-waker, rotated to the back, or nil if
+// there is none. w.mu must be held.
+func (w *watch) nextOne() *waker {
+	i := slices.IndexFunc(w.wakers, func(k *waker) bool { return !k.all })
+	if i < 0 {
+		return nil
+	}
+	one := w.wakers[i]
+	w.wakers = append(slices.Delete(w.wakers, i, i+1), one)
+	return one
 }
 
 // signal wakes every all-waker and one, if it is still watching. w.mu

@@ -51,3 +51,57 @@ func TestWatchWakesOneWaiterPerRelease(t *testing.T) {
 	w.wake("a")
 	assert.True(t, woken(one2))
 }
+
+// TestNewWakerCatchesAReleaseSinceTheAttempt: a waiter that registers
+// after its failed attempt is woken at once by a release the watch saw
+// since that attempt began, so that it may wait without trying again; a
+// new watch is not settled (its subscriptions may not be confirmed).
+func TestNewWakerCatchesAReleaseSinceTheAttempt(t *testing.T) {
+	c := newFakeClient(t, fakes(1), nil)
+	first := c.newWaker("k", false, time.Time{})
+	defer first.Close()
+	assert.False(t, first.Settled(), "no attempt to be settled for")
+	before := time.Now()
+	pending := c.newWaker("k", false, before)
+	assert.False(t, pending.Settled(), "the subscription is not confirmed yet")
+	pending.Close()
+	w := first.w
+	w.mu.Lock()
+	w.ready = time.Now() // as follow does once every master confirmed
+	w.mu.Unlock()
+	early := c.newWaker("k", false, before)
+	assert.False(t, early.Settled(), "confirmed after the attempt began")
+	early.Close()
+
+	attempt := time.Now()
+	w.wake("r1") // a release seen while the late waiter's attempt ran
+	assert.True(t, woken(first))
+	late := c.newWaker("k", false, attempt)
+	defer late.Close()
+	assert.True(t, late.Settled())
+	assert.True(t, woken(late), "a release seen since the attempt began wakes the waiter at once")
+
+	after := time.Now()
+	next := c.newWaker("k", false, after)
+	defer next.Close()
+	assert.True(t, next.Settled())
+	assert.False(t, woken(next), "a release seen before the attempt began does not")
+	w.wake("r1") // but a later copy of it does: the attempt may have met it half done
+	late2 := c.newWaker("k", false, after)
+	defer late2.Close()
+	assert.True(t, woken(late2))
+}
+
+// TestLateCopyWakesAWaiterThatCameAfterTheFirst: a release that found no
+// one-waker wakes, with its later copies, a waiter that came since; the
+// waiter may have been refused on the masters the release had not reached.
+func TestLateCopyWakesAWaiterThatCameAfterTheFirst(t *testing.T) {
+	w := &watch{window: time.Minute}
+	w.wake("a") // nobody waits yet
+	late := &waker{c: make(chan struct{}, 1)}
+	w.wakers = []*waker{late}
+	w.wake("a") // a later copy
+	assert.True(t, woken(late))
+	w.wake("a")
+	assert.True(t, woken(late), "and the copies after it, as for any waiter a release woke")
+}

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func TestUncontendedReleasePublishesNothing(t *testing.T) {
 	cl := integration.NewCluster(t, 3)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	k := link.NewWaker(c, "job", true)
+	k := link.NewWaker(c, "job", true, time.Time{})
 	defer k.Close()
 	waitSubscribers(t, cl, "job", 1)
 	sub := cl.Admin(0).Subscribe(ctx, "{job}")
@@ -149,7 +150,7 @@ func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Two waiters: each release wakes both readers, and one
 			// waiter of an exclusive lock, in turn.
-			k := []link.Waker{link.NewWaker(c, tc.key, tc.all), link.NewWaker(c, tc.key, tc.all)}
+			k := []link.Waker{link.NewWaker(c, tc.key, tc.all, time.Time{}), link.NewWaker(c, tc.key, tc.all, time.Time{})}
 			defer k[0].Close()
 			defer k[1].Close()
 			waitSubscribers(t, cl, tc.key, 1)
@@ -206,13 +207,13 @@ func TestWakerCloseTwice(t *testing.T) {
 	}
 
 	// One Waker closed five times: the subscription ends after the linger.
-	k := link.NewWaker(c, "job", false)
+	k := link.NewWaker(c, "job", false, time.Time{})
 	waitSubscribers(t, cl, "job", 1)
 	closeMany(k)
 	waitSubscribers(t, cl, "job", 0)
 
 	// A new Waker subscribes again and is woken.
-	k = link.NewWaker(c, "job", false)
+	k = link.NewWaker(c, "job", false, time.Time{})
 	waitSubscribers(t, cl, "job", 1)
 	release()
 	require.True(t, wokeWithin(k, wakeBound), "a new Waker is woken")
@@ -220,7 +221,7 @@ func TestWakerCloseTwice(t *testing.T) {
 	// Closing one of two Wakers twice leaves the other one subscribed. The
 	// 3s wait outlasts the 2s linger after which an unused subscription
 	// ends; a late timer could only hide the defect, not fail the test.
-	other := link.NewWaker(c, "job", false)
+	other := link.NewWaker(c, "job", false, time.Time{})
 	closeMany(k)
 	time.Sleep(3 * time.Second)
 	waitSubscribers(t, cl, "job", 1)
@@ -344,4 +345,52 @@ func TestLostLockNotHeld(t *testing.T) {
 	assert.ErrorIs(t, l.Extend(ctx, 4*time.Second), redlock.ErrNotHeld)
 	assert.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
 	assert.ErrorIs(t, l.Err(), redlock.ErrNotHeld, "Err keeps the reason the lock was lost")
+}
+
+// acquireRounds counts a client's acquire rounds.
+type acquireRounds struct{ n atomic.Int64 }
+
+func (a *acquireRounds) ObserveRound(_ context.Context, r redlock.Round) {
+	if r.Op == "acquire" {
+		a.n.Add(1)
+	}
+}
+
+func (*acquireRounds) ObserveEvent(context.Context, redlock.Event) {}
+
+// TestSettledWaiterDoesNotTryTwice: a Mutex.Lock that finds the lock held
+// tries again at once only when its client did not watch the lock's
+// releases yet; once it does, one refused attempt is all before the
+// release wakes it. The fallback timer (2.5s at the earliest) is far from
+// the 300ms the test waits for a second attempt, so only an immediate one
+// can be counted.
+func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	holder := newClient(t, cl, nil)
+	rounds := &acquireRounds{}
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: 200 * time.Millisecond, Observer: rounds})
+	slow := &mutex.Options{TTL: 10 * time.Second, MinRetryDelay: 5 * time.Second, MaxRetryDelay: 5 * time.Second}
+	h, err := mutex.New(holder, "job", slow)
+	require.NoError(t, err)
+	w, err := mutex.New(c, "job", slow)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	for i, wantRefused := range []int64{2, 1} { // the first wait starts the watch
+		require.NoError(t, h.Lock(ctx))
+		rounds.n.Store(0)
+		got := make(chan error, 1)
+		go func() { got <- w.Lock(ctx) }()
+		require.Eventually(t, func() bool { return rounds.n.Load() >= wantRefused }, 5*time.Second, time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // room for a second attempt that should not come
+		assert.Equal(t, wantRefused, rounds.n.Load(), "wait %d: refused attempts before the release", i)
+		require.NoError(t, h.Unlock(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("wait %d: the release did not wake the waiter before its fallback timer", i)
+		}
+		require.NoError(t, w.Unlock(ctx))
+	}
 }

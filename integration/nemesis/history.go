@@ -47,6 +47,7 @@ func (r *Recorder) Sections() []Section {
 // Recorder's clock.
 type Section struct {
 	Client int    // which client held the lock
+	Key    int    // which lock and resource: the index of Config's keys
 	Value  string // the lock's value: identifies the acquisition
 	Fence  Fence  // the token presented to the resource, if any
 	Shared bool   // a read lock: the section reads and writes nothing
@@ -95,8 +96,12 @@ type Result struct {
 	// writing one.
 	ReaderWriterOverlaps int
 	// LostUpdates is Committed - Final: increments that were overwritten
-	// (negative if the resource holds writes nobody committed).
+	// (negative if the resource holds writes nobody committed), summed
+	// over the keys.
 	LostUpdates int
+	// miscounted is the sum of each key's |Committed - Final|, which a
+	// sum over keys cannot cancel out.
+	miscounted int
 	// StaleReads are committed sections, in write order, whose read did not
 	// see the previous committed write, and shared sections held to the
 	// end whose value changed while they held the read lock.
@@ -109,12 +114,16 @@ type Result struct {
 // Violations counts every problem found: overlaps, lost updates, stale
 // reads, and a non-linearizable history.
 func (r *Result) Violations() int {
-	n := len(r.Overlaps) + abs(r.LostUpdates) + len(r.StaleReads)
+	n := len(r.Overlaps) + r.miscounted + len(r.StaleReads)
 	if r.Linearizable == porcupine.Illegal {
 		n++
 	}
 	return n
 }
+
+// Miscounted is the sum over keys of |Committed - Final|: the lost (or
+// invented) updates, which keys cannot cancel out as in LostUpdates.
+func (r *Result) Miscounted() int { return r.miscounted }
 
 // MutualExclusionViolated reports whether two clients ever held the lock at
 // once.
@@ -123,7 +132,7 @@ func (r *Result) MutualExclusionViolated() bool { return len(r.Overlaps) > 0 }
 // DataCorrupted reports whether the resource lost an update or served a
 // stale read, or the history is not linearizable.
 func (r *Result) DataCorrupted() bool {
-	return r.LostUpdates != 0 || len(r.StaleReads) > 0 || r.Linearizable == porcupine.Illegal
+	return r.miscounted != 0 || len(r.StaleReads) > 0 || r.Linearizable == porcupine.Illegal
 }
 
 func (r *Result) String() string {
@@ -131,7 +140,7 @@ func (r *Result) String() string {
 	fmt.Fprintf(&b, "%d sections, %d committed, %d shared reads, final %d, %d rejected by fencing (%d falsely), %d aborted; "+
 		"%d overlaps (%d reader/writer), %d lost updates, %d stale reads, linearizable: %s",
 		r.Sections, r.Committed, r.Reads, r.Final, r.Rejected, r.FalseRejections, r.Aborted,
-		len(r.Overlaps), r.ReaderWriterOverlaps, r.LostUpdates, len(r.StaleReads), r.Linearizable)
+		len(r.Overlaps), r.ReaderWriterOverlaps, r.miscounted, len(r.StaleReads), r.Linearizable)
 	for i, o := range r.Overlaps {
 		if i == 3 {
 			fmt.Fprintf(&b, "\n  ... %d more overlaps", len(r.Overlaps)-i)
@@ -210,6 +219,7 @@ func Check(sections []Section, final int64) *Result {
 	slices.SortStableFunc(committed, func(a, b Section) int { return cmp.Compare(a.WriteAt, b.WriteAt) })
 	r.Committed = len(committed)
 	r.LostUpdates = r.Committed - int(final)
+	r.miscounted = abs(r.LostUpdates)
 	var last int64
 	for _, s := range committed {
 		if s.Read != last {
@@ -229,6 +239,38 @@ func Check(sections []Section, final int64) *Result {
 
 	r.Linearizable = porcupine.CheckOperationsTimeout(counterModel, operations(sections), LinearizabilityTimeout)
 	return r
+}
+
+// CheckKeys checks a history of sections on several locks, each with its
+// resource: finals[k] is where the resource of key k ended. Sections only
+// conflict with sections of their key; the Result sums the keys' findings
+// (Final is the sum of finals) and is Linearizable only if every key's
+// history is. It blocks for at most LinearizabilityTimeout per key.
+func CheckKeys(sections []Section, finals []int64) *Result {
+	byKey := make([][]Section, len(finals))
+	for _, s := range sections {
+		byKey[s.Key] = append(byKey[s.Key], s)
+	}
+	sum := &Result{Linearizable: porcupine.Ok}
+	for k, final := range finals {
+		r := Check(byKey[k], final)
+		sum.Sections += r.Sections
+		sum.Committed += r.Committed
+		sum.Final += r.Final
+		sum.Rejected += r.Rejected
+		sum.FalseRejections += r.FalseRejections
+		sum.Aborted += r.Aborted
+		sum.Reads += r.Reads
+		sum.Overlaps = append(sum.Overlaps, r.Overlaps...)
+		sum.ReaderWriterOverlaps += r.ReaderWriterOverlaps
+		sum.LostUpdates += r.LostUpdates
+		sum.miscounted += r.miscounted
+		sum.StaleReads = append(sum.StaleReads, r.StaleReads...)
+		if r.Linearizable == porcupine.Illegal || sum.Linearizable == porcupine.Ok {
+			sum.Linearizable = r.Linearizable
+		}
+	}
+	return sum
 }
 
 // counterOutput is what a section observed: a read, and a write if it

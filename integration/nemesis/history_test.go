@@ -217,3 +217,55 @@ func TestCheckSharedSections(t *testing.T) {
 	require.Len(t, r.StaleReads, 1, "the value changed under the read lock")
 	assert.Equal(t, 1, r.StaleReads[0].Client)
 }
+
+// onKey returns s as a section of key k.
+func onKey(k int, s nemesis.Section) nemesis.Section {
+	s.Key = k
+	return s
+}
+
+func TestCheckKeysChecksEachKeyOnItsOwn(t *testing.T) {
+	// Sections of different keys overlap in time: that is no violation,
+	// and each key's counter counts from 0.
+	h := []nemesis.Section{
+		onKey(0, committed(0, 0, 10*ms, 0)),
+		onKey(1, committed(1, 5*ms, 15*ms, 0)),
+		onKey(0, committed(1, 16*ms, 20*ms, 1)),
+		onKey(1, committed(0, 16*ms, 20*ms, 1)),
+	}
+	r := nemesis.CheckKeys(h, []int64{2, 2})
+	assert.Zero(t, r.Violations(), "%v", r)
+	assert.Equal(t, porcupine.Ok, r.Linearizable)
+	assert.Equal(t, 4, r.Committed)
+	assert.Equal(t, int64(4), r.Final)
+
+	// The same history checked as one key is full of violations.
+	assert.Positive(t, nemesis.Check(h, 4).Violations())
+}
+
+func TestCheckKeysFindsAViolationOnOneKey(t *testing.T) {
+	h := []nemesis.Section{
+		onKey(0, committed(0, 0, 10*ms, 0)),
+		onKey(1, committed(1, 0, 10*ms, 0)),
+		onKey(1, committed(2, 5*ms, 15*ms, 0)), // overlaps client 1 on key 1
+	}
+	r := nemesis.CheckKeys(h, []int64{1, 1})
+	require.Len(t, r.Overlaps, 1, "%v", r)
+	assert.Equal(t, 1, r.Overlaps[0].First.Key)
+	assert.Equal(t, 1, r.LostUpdates)
+	assert.Equal(t, porcupine.Illegal, r.Linearizable)
+}
+
+func TestCheckKeysDoesNotLetKeysCancelOut(t *testing.T) {
+	// Key 0 lost an update, key 1 holds one nobody committed: the sum of
+	// the differences is 0, the violations are not.
+	h := []nemesis.Section{
+		onKey(0, committed(0, 0, 10*ms, 0)),
+		onKey(1, committed(1, 0, 10*ms, 0)),
+	}
+	r := nemesis.CheckKeys(h, []int64{0, 2})
+	assert.Zero(t, r.LostUpdates)
+	assert.Equal(t, 2, r.Miscounted())
+	assert.Equal(t, 2, r.Violations(), "%v", r)
+	assert.True(t, r.DataCorrupted())
+}

@@ -44,14 +44,14 @@ type locker interface {
 	unlock(ctx context.Context) error
 }
 
-func newLocker(k Kind, c *redlock.Client, id int, cfg Config) (locker, error) {
+func newLocker(k Kind, c *redlock.Client, id int, cfg Config, key string) (locker, error) {
 	owner := fmt.Sprintf("c%d", id)
 	switch k {
 	case Reentrant:
-		m, err := mutex.NewReentrant(c, cfg.Key, cfg.mutexOptions())
+		m, err := mutex.NewReentrant(c, key, cfg.mutexOptions())
 		return &reentrantLocker{m: m, owner: owner}, err
 	case ReadWrite:
-		m, err := rwmutex.New(c, cfg.Key, &rwmutex.Options{
+		m, err := rwmutex.New(c, key, &rwmutex.Options{
 			TTL:           cfg.TTL,
 			MinRetryDelay: cfg.MinRetryDelay,
 			MaxRetryDelay: cfg.MaxRetryDelay,
@@ -59,7 +59,7 @@ func newLocker(k Kind, c *redlock.Client, id int, cfg Config) (locker, error) {
 		})
 		return &rwLocker{m: m, owner: owner}, err
 	}
-	m, err := mutex.New(c, cfg.Key, cfg.mutexOptions())
+	m, err := mutex.New(c, key, cfg.mutexOptions())
 	return &mutexLocker{m}, err
 }
 

@@ -193,7 +193,8 @@ func (f FastClocks) Run(ctx context.Context, env *Env) error {
 // empty. Each cycle kills PreKill random masters, waits for a client to
 // enter a critical section, kills Count of the masters still running while
 // that section lasts, waits Delay, and restarts every killed master with
-// empty data; then leaves the cluster alone for Up.
+// empty data; then leaves the cluster alone for Up. When the load has long
+// sections (Config.LongEvery), it waits for one of those.
 //
 // With PreKill = masters - quorum, a holder holds the lock on every
 // running master, so the Count victims are masters the holder had. With
@@ -224,6 +225,9 @@ func (r RestartHolders) Run(ctx context.Context, env *Env) error {
 			s, err := env.NextSection(ctx)
 			if err != nil {
 				break
+			}
+			if env.Config.LongEvery > 0 && !s.Long {
+				continue // too short to act under
 			}
 			select {
 			case <-s.Done:
@@ -280,70 +284,132 @@ func (r RollingRestart) Run(ctx context.Context, env *Env) error {
 	return nil
 }
 
-// ClockJump starts masters 0..Count-1 on one libfaketime clock file, and
-// every Period moves their clocks forward by Jump, all together, and back
-// after Back: a minority whose clock steps ahead (an NTP step, a resumed
-// VM) expires keys early. Within Redlock's assumptions while Count is a
-// minority, and within fencing's (README, assumption 4) while Jump is
-// below a quarter of the TTL. Make it with NewClockJump; Close removes the
-// clock file once the masters are gone.
-type ClockJump struct {
-	Count              int
-	Jump, Back, Period time.Duration
-
+// jumpable starts masters 0..count-1 on one libfaketime clock file that
+// the nemesis moves; Close removes the file once the masters are gone.
+type jumpable struct {
+	count int
 	dir   string
 	clock *ClockFile
 }
 
-// NewClockJump returns a ClockJump; nothing is created before the run.
-func NewClockJump(count int, jump, back, period time.Duration) *ClockJump {
-	return &ClockJump{Count: count, Jump: jump, Back: back, Period: period}
-}
-
 // ProcessOptions creates the clock file and preloads libfaketime into the
-// first Count masters. It fails with ErrNoFaketime if the library is
+// first count masters. It fails with ErrNoFaketime if the library is
 // missing.
-func (j *ClockJump) ProcessOptions(Config) (integration.ProcessOptions, error) {
+func (j *jumpable) ProcessOptions(Config) (integration.ProcessOptions, error) {
 	ft, err := FindFaketime()
 	if err != nil {
 		return integration.ProcessOptions{}, err
 	}
-	if j.dir, err = os.MkdirTemp("", "redlock-clockjump-"); err != nil {
+	if j.dir, err = os.MkdirTemp("", "redlock-clock-"); err != nil {
 		return integration.ProcessOptions{}, err
 	}
 	if j.clock, err = NewClockFile(j.dir); err != nil {
 		return integration.ProcessOptions{}, err
 	}
 	return integration.ProcessOptions{EnvFor: func(i int) []string {
-		if i < j.Count {
+		if i < j.count {
 			return ft.Jumpable(j.clock)
 		}
 		return nil
 	}}, nil
 }
 
+// Close removes the clock file; the runner calls it after the masters
+// stopped.
+func (j *jumpable) Close() error {
+	if j.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(j.dir)
+}
+
+// set moves the clocks to real time plus offset.
+func (j *jumpable) set(offset time.Duration) error {
+	if err := j.clock.Set(offset); err != nil {
+		return fmt.Errorf("nemesis: %w", err)
+	}
+	return nil
+}
+
+// ClockJump moves the clocks of masters 0..Count-1 forward by Jump, all
+// together, every Period, and back after Back: a minority whose clock
+// steps ahead (an NTP step, a resumed VM) expires keys early. Within
+// Redlock's assumptions while Count is a minority, and within fencing's
+// (README, assumption 4) while Jump is below a quarter of the TTL. Make it
+// with NewClockJump; nothing is created before the run.
+type ClockJump struct {
+	jumpable
+	Jump, Back, Period time.Duration
+}
+
+// NewClockJump returns a ClockJump of count masters.
+func NewClockJump(count int, jump, back, period time.Duration) *ClockJump {
+	return &ClockJump{jumpable: jumpable{count: count}, Jump: jump, Back: back, Period: period}
+}
+
 // Run jumps the clocks until ctx ends, and leaves them right.
 func (j *ClockJump) Run(ctx context.Context, env *Env) error {
 	for Sleep(ctx, j.Period) {
-		if err := j.clock.Set(j.Jump); err != nil {
-			return fmt.Errorf("nemesis: %w", err)
+		if err := j.set(j.Jump); err != nil {
+			return err
 		}
-		for i := range j.Count {
+		for i := range j.count {
 			env.Fault("clock of %s jumps %v forward", env.Cluster.Masters[i].Name(), j.Jump)
 		}
 		Sleep(ctx, j.Back)
-		if err := j.clock.Set(0); err != nil {
-			return fmt.Errorf("nemesis: %w", err)
+		if err := j.set(0); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// Close removes the clock file; the runner calls it after the masters
-// stopped.
-func (j *ClockJump) Close() error {
-	if j.dir == "" {
-		return nil
+// DriftingClock makes the clocks of masters 0..Count-1 run Rate times as
+// fast as real time for Period, then as much slower for Period, and so on,
+// in steps of a millisecond: a clock that drifts and that NTP slews back,
+// ahead of real time by at most Period×(Rate-1). A clock that only ran
+// fast would drift apart without bound, beyond fencing's assumption that
+// the masters' clocks differ by well under the TTL (README, assumption 4).
+// Make it with NewDriftingClock; nothing is created before the run.
+type DriftingClock struct {
+	jumpable
+	Rate   float64
+	Period time.Duration
+}
+
+// NewDriftingClock returns a DriftingClock of count masters.
+func NewDriftingClock(count int, rate float64, period time.Duration) *DriftingClock {
+	return &DriftingClock{jumpable: jumpable{count: count}, Rate: rate, Period: period}
+}
+
+// Run moves the clocks until ctx ends, and leaves them right. It fails at
+// once if Rate is not above 1.
+func (d *DriftingClock) Run(ctx context.Context, env *Env) error {
+	if !(d.Rate > 1) {
+		return fmt.Errorf("nemesis: DriftingClock rate %v: must be above 1", d.Rate)
 	}
-	return os.RemoveAll(j.dir)
+	every := time.Duration(float64(time.Millisecond) / (d.Rate - 1)) // a millisecond's drift
+	steps := max(int(d.Period/every), 1)
+	var offset time.Duration
+	for phase := 0; ctx.Err() == nil; phase++ {
+		dir := time.Millisecond
+		if phase%2 == 1 {
+			dir = -dir
+		}
+		if phase%2 == 0 {
+			for i := range d.count {
+				env.Fault("clock of %s runs x%v for %v", env.Cluster.Masters[i].Name(), d.Rate, d.Period)
+			}
+		}
+		for range steps {
+			if !Sleep(ctx, every) {
+				break
+			}
+			offset += dir
+			if err := d.set(offset); err != nil {
+				return err
+			}
+		}
+	}
+	return d.set(0)
 }

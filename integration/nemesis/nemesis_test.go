@@ -76,6 +76,12 @@ func TestSafeScenarios(t *testing.T) {
 				assert.Positive(t, r.Aborted, "no holder lost its lock")
 			}
 			assert.LessOrEqual(t, rep.LockCalls, sc.Config.Clients*sc.Config.Sections, "bounded in count")
+			if c := sc.Config; c.Completed > 0 {
+				assert.LessOrEqual(t, r.Committed+r.Reads, c.Completed+c.Clients, "the load ends once Completed sections completed")
+				if sc.Name == "none" {
+					assert.GreaterOrEqual(t, r.Committed+r.Reads, c.Completed, "no fault: every section completes")
+				}
+			}
 		})
 	}
 }

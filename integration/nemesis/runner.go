@@ -22,12 +22,20 @@ import (
 // Config describes one run: the cluster, the clients and their load. The
 // zero value of each field selects its default.
 type Config struct {
-	Masters  int           // independent masters; default 5
-	Clients  int           // clients, each with its own go-redis clients, redlock.Client and mutex.Mutex; default 3
-	Sections int           // lock calls per client at most; default 20
-	Duration time.Duration // no lock call starts after this; default 10s
+	Masters  int // independent masters; default 5
+	Clients  int // clients, each with its own go-redis clients, redlock.Client and mutex.Mutex; default 3
+	Sections int // lock calls per client at most; default 20
+	// Completed, if positive, ends the load once the clients completed
+	// this many sections in all: committed writes, and reads held to the
+	// end (Result.Committed + Result.Reads).
+	Completed int
+	Duration  time.Duration // no lock call starts after this; default 10s
 
-	Key           string        // the lock key; default "resource"
+	Key string // the lock key; default "resource"
+	// Keys is how many locks the clients share, each guarding its own
+	// resource: "resource", "resource1", ... Each section picks one at
+	// random. Default 1.
+	Keys          int
 	TTL           time.Duration // lock TTL; default 1s
 	MasterTimeout time.Duration // redlock.Options.MasterTimeout; default 100ms
 	LockTimeout   time.Duration // bound of one mutex.Lock call; default 2s
@@ -38,10 +46,15 @@ type Config struct {
 	// until this much before the lock's validity ends, as a client that
 	// uses its whole lease would.
 	HoldUntilValidity time.Duration
-	MinRetryDelay     time.Duration // mutex.Options; default 1ms
-	MaxRetryDelay     time.Duration // mutex.Options; default 20ms
-	AutoRenew         bool          // mutex.Options: a section ends early if its lock is lost
-	NoRepair          bool          // redlock.Options: extends do not repair the quorum
+	// LongEvery, if positive, makes every LongEvery-th section of a client
+	// hold LongHold instead: long sections for a nemesis that acts while
+	// a lock is held (Entered.Long), among short ones.
+	LongEvery     int
+	LongHold      time.Duration
+	MinRetryDelay time.Duration // mutex.Options; default 1ms
+	MaxRetryDelay time.Duration // mutex.Options; default 20ms
+	AutoRenew     bool          // mutex.Options: a section ends early if its lock is lost
+	NoRepair      bool          // redlock.Options: extends do not repair the quorum
 
 	// Kind is the lock under test; default Exclusive.
 	Kind Kind
@@ -71,6 +84,9 @@ func (c *Config) setDefaults() {
 	if c.Key == "" {
 		c.Key = "resource"
 	}
+	if c.Keys == 0 {
+		c.Keys = 1
+	}
 	def(&c.Duration, 10*time.Second)
 	def(&c.TTL, time.Second)
 	def(&c.MasterTimeout, 100*time.Millisecond)
@@ -78,6 +94,14 @@ func (c *Config) setDefaults() {
 	def(&c.Hold, 2*time.Millisecond)
 	def(&c.MinRetryDelay, time.Millisecond)
 	def(&c.MaxRetryDelay, 20*time.Millisecond)
+}
+
+// KeyName is the name of the lock of key index k.
+func (c *Config) KeyName(k int) string {
+	if k == 0 {
+		return c.Key
+	}
+	return fmt.Sprint(c.Key, k)
 }
 
 // Quorum is the majority of the masters.
@@ -101,6 +125,8 @@ type ProcessConfigurer interface {
 // Entered describes a section that has just started.
 type Entered struct {
 	Client int
+	Key    int             // the index of the lock's key
+	Long   bool            // a section of Config.LongHold
 	Value  string          // the lock's value
 	At     time.Duration   // on the Recorder's clock
 	Done   <-chan struct{} // closed when the section ends (before Unlock)
@@ -113,10 +139,11 @@ type Env struct {
 	Config  Config
 	Rec     *Recorder
 
-	faults atomic.Int64
-	mu     sync.Mutex
-	log    []string
-	wait   []chan Entered
+	faults    atomic.Int64
+	completed atomic.Int64 // sections completed, for Config.Completed
+	mu        sync.Mutex
+	log       []string
+	wait      []chan Entered
 }
 
 // Fault counts one injected fault and logs it.
@@ -239,7 +266,10 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 
 	rec := NewRecorder()
 	env := &Env{Cluster: cluster, Proxies: proxies, Config: cfg, Rec: rec}
-	res := NewResource(rec)
+	res := make([]*Resource, cfg.Keys)
+	for k := range res {
+		res[k] = NewResource(rec)
+	}
 	workers := make([]*worker, cfg.Clients)
 	for i := range workers {
 		w, err := newWorker(i, cfg, proxies.NewClients(), env, res)
@@ -271,8 +301,12 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 		Config:   cfg,
 		Faults:   int(env.faults.Load()),
 		FaultLog: env.faultLog(),
-		Result:   Check(rec.Sections(), res.Value()),
 	}
+	finals := make([]int64, len(res))
+	for k, r := range res {
+		finals[k] = r.Value()
+	}
+	rep.Result = CheckKeys(rec.Sections(), finals)
 	for _, w := range workers {
 		rep.LockCalls += w.lockCalls
 		rep.LockFails += w.lockFails
@@ -286,18 +320,18 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 // worker is one client: its own go-redis clients, redlock.Client and
 // lock of cfg.Kind. Only its goroutine uses it.
 type worker struct {
-	id     int
-	cfg    Config
-	client *redlock.Client
-	locker locker
-	env    *Env
-	res    *Resource
+	id      int
+	cfg     Config
+	client  *redlock.Client
+	lockers []locker // one per key
+	env     *Env
+	res     []*Resource // one per key
 
 	lockCalls, lockFails, notHeld int
 	fenced                        bool
 }
 
-func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res *Resource) (*worker, error) {
+func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res []*Resource) (*worker, error) {
 	w := &worker{id: id, cfg: cfg, env: env, res: res}
 	c, err := redlock.New(masters, &redlock.Options{
 		MasterTimeout: cfg.MasterTimeout,
@@ -309,8 +343,12 @@ func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res *Resou
 		return nil, err
 	}
 	w.client = c
-	if w.locker, err = newLocker(cfg.Kind, c, id, cfg); err != nil {
-		return nil, errors.Join(err, c.Close())
+	for k := range cfg.Keys {
+		l, err := newLocker(cfg.Kind, c, id, cfg, cfg.KeyName(k))
+		if err != nil {
+			return nil, errors.Join(err, c.Close())
+		}
+		w.lockers = append(w.lockers, l)
 	}
 	return w, nil
 }
@@ -323,12 +361,15 @@ const unlockTimeout = 2 * time.Second
 // read-increment-write on the resource when it got the lock.
 func (w *worker) run(ctx context.Context) error {
 	rec := w.env.Rec
-	for range w.cfg.Sections {
-		if ctx.Err() != nil {
+	for n := range w.cfg.Sections {
+		if ctx.Err() != nil || w.cfg.Completed > 0 && w.env.completed.Load() >= int64(w.cfg.Completed) {
 			return nil
 		}
+		key := mrand.IntN(w.cfg.Keys)
+		locker := w.lockers[key]
+		long := w.cfg.LongEvery > 0 && n%w.cfg.LongEvery == w.cfg.LongEvery-1
 		lctx, cancel := context.WithTimeout(ctx, w.cfg.LockTimeout)
-		l, shared, err := w.locker.lock(lctx)
+		l, shared, err := locker.lock(lctx)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			return nil // the load ended during the call
@@ -341,18 +382,18 @@ func (w *worker) run(ctx context.Context) error {
 			w.lockFails++
 			continue
 		}
-		s := Section{Client: w.id, Enter: rec.Now(), Shared: shared, Value: l.Value()}
+		s := Section{Client: w.id, Key: key, Enter: rec.Now(), Shared: shared, Value: l.Value()}
 		done := make(chan struct{})
-		w.env.entered(Entered{Client: w.id, Value: s.Value, At: s.Enter, Done: done})
+		w.env.entered(Entered{Client: w.id, Key: key, Long: long, Value: s.Value, At: s.Enter, Done: done})
 		if w.cfg.Fencing != nil {
 			s.Fence.Token, s.Fence.Valid = w.cfg.Fencing(l)
 			w.fenced = w.fenced || s.Fence.Valid
 		}
-		w.section(&s, l)
+		w.section(&s, l, long)
 		s.Exit = rec.Now()
 		close(done)
 		uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
-		err = w.locker.unlock(uctx)
+		err = locker.unlock(uctx)
 		cancel()
 		if errors.Is(err, redlock.ErrNotHeld) {
 			w.notHeld++
@@ -360,6 +401,9 @@ func (w *worker) run(ctx context.Context) error {
 			return fmt.Errorf("client %d: unlock: %w", w.id, err)
 		}
 		w.env.Rec.Record(s)
+		if s.Committed || s.Shared && s.ReadOK && !s.Aborted {
+			w.env.completed.Add(1)
+		}
 	}
 	return nil
 }
@@ -367,15 +411,19 @@ func (w *worker) run(ctx context.Context) error {
 // section reads the resource, holds, and writes the increment back unless
 // the section is shared (a read lock), the lock was lost or its validity
 // ran out meanwhile, or the resource rejected the token.
-func (w *worker) section(s *Section, l *redlock.Lock) {
-	v, at, err := w.res.Read(s.Fence)
+func (w *worker) section(s *Section, l *redlock.Lock, long bool) {
+	res := w.res[s.Key]
+	v, at, err := res.Read(s.Fence)
 	if err != nil {
 		s.Rejected = true
 		return
 	}
 	s.ReadOK, s.Read, s.ReadAt = true, v, at
 	hold := w.cfg.Hold
-	if w.cfg.HoldUntilValidity > 0 {
+	switch {
+	case long:
+		hold = w.cfg.LongHold
+	case w.cfg.HoldUntilValidity > 0:
 		hold = time.Until(l.Until().Add(-w.cfg.HoldUntilValidity))
 	}
 	// A holder stops at once when its lock is lost, as a user's would.
@@ -391,11 +439,11 @@ func (w *worker) section(s *Section, l *redlock.Lock) {
 	}
 	if s.Shared {
 		// A writer inside the read hold would show here.
-		s.ReadAgain, _, err = w.res.Read(s.Fence)
+		s.ReadAgain, _, err = res.Read(s.Fence)
 		s.ReadAgainOK = err == nil
 		return
 	}
-	at, err = w.res.Write(s.Fence, v+1)
+	at, err = res.Write(s.Fence, v+1)
 	if err != nil {
 		s.Rejected = true
 		return

@@ -32,8 +32,10 @@ type Scale int
 const (
 	// Quick runs take about 5-25s each: for tests.
 	Quick Scale = iota
-	// Full runs have 8 clients and up to 10,000 sections, and take up to
-	// 5 minutes each: for RELIABILITY.md.
+	// Full runs of the nemeses within the assumptions have at least 8
+	// clients on 4 keys and end after 10,000 sections (but for the single
+	// holder of rolling-restart), within 5 minutes each: for
+	// RELIABILITY.md.
 	Full
 )
 
@@ -57,7 +59,9 @@ func Scenarios(s Scale) []Scenario {
 	base := func() Config {
 		return Config{
 			Clients:       pick(3, 8),
-			Sections:      pick(200, 1250), // quick: the Duration usually ends a run first
+			Keys:          pick(2, 4),
+			Sections:      pick(200, 1500), // quick: the Duration usually ends a run first
+			Completed:     pick(0, 10000),
 			Duration:      dur(5*time.Second, 5*time.Minute),
 			TTL:           time.Second,
 			MasterTimeout: 100 * time.Millisecond,
@@ -65,20 +69,31 @@ func Scenarios(s Scale) []Scenario {
 			Fencing:       LockFencing,
 		}
 	}
-	// Long sections, for nemeses that act while a lock is held.
+	// Long sections only, for the unsafe nemeses that act while a lock is
+	// held: every section is a chance for a second holder.
 	holding := func() Config {
 		c := base()
-		c.TTL, c.Hold, c.Sections = 2*time.Second, 700*time.Millisecond, pick(8, 100)
+		c.Keys, c.TTL, c.Hold, c.Sections = 1, 2*time.Second, 700*time.Millisecond, pick(8, 100)
 		c.Duration = dur(8*time.Second, time.Minute)
 		return c
 	}
-	// Sections that use the whole lease, for clock nemeses.
+	// Short sections with a long one now and then, for safe nemeses that
+	// act while a lock is held: the cluster stays up long enough between
+	// faults for many sections.
+	someLong := func() Config {
+		c := base()
+		c.TTL, c.LongHold, c.LongEvery = 2*time.Second, 700*time.Millisecond, pick(5, 50)
+		c.Duration = dur(10*time.Second, 5*time.Minute)
+		return c
+	}
+	// Sections that use the whole lease, for clock nemeses. A lease is
+	// long: many clients on many keys make the sections.
 	lease := func() Config {
 		c := base()
 		c.TTL, c.HoldUntilValidity, c.Sections = 500*time.Millisecond, 50*time.Millisecond, pick(6, 25)
 		if s == Full { // shorter leases: more sections in the time
-			c.TTL, c.MasterTimeout, c.HoldUntilValidity, c.Sections = 200*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond, 150
-			c.Duration = 2 * time.Minute
+			c.Clients, c.Keys, c.Sections = 32, 16, 375
+			c.TTL, c.MasterTimeout, c.HoldUntilValidity = 200*time.Millisecond, 50*time.Millisecond, 20*time.Millisecond
 		}
 		return c
 	}
@@ -86,7 +101,7 @@ func Scenarios(s Scale) []Scenario {
 	// holds while the other's lock call times out.
 	rolling := func() Config {
 		c := base()
-		c.Clients, c.Sections, c.AutoRenew = pick(2, 8), 1, true
+		c.Clients, c.Keys, c.Sections, c.AutoRenew = pick(2, 8), 1, 1, true
 		c.Hold, c.Duration = 20*c.TTL, 25*time.Second
 		return c
 	}
@@ -94,7 +109,7 @@ func Scenarios(s Scale) []Scenario {
 
 	all := []Scenario{
 		{
-			Name: "none", Safe: true, Config: with(base(), func(c *Config) { c.Sections = pick(15, 1250) }),
+			Name: "none", Safe: true, Config: with(base(), func(c *Config) { c.Sections, c.Completed = pick(15, 1500), pick(30, 10000) }),
 			Nemesis:     None{},
 			Description: "No fault: the baseline.",
 		},
@@ -123,8 +138,8 @@ func Scenarios(s Scale) []Scenario {
 		},
 		{
 			Name: "skew-one", Safe: true, Config: lease(),
-			Nemesis:     FastClocks{Count: 1, Rate: 1.005},
-			Description: "One master's clock runs 0.5% fast (libfaketime), within the 1% drift allowance; sections use their whole lease (until 50ms before validity ends, TTL 500ms).",
+			Nemesis:     NewDriftingClock(1, 1.005, 4*time.Second),
+			Description: "One master's clock runs 0.5% fast for 4s, then 0.5% slow for 4s, and so on (libfaketime, in 1ms steps): a drift within the 1% allowance that NTP slews back, so that the clock is at most 20ms ahead. Sections use their whole lease (until shortly before validity ends).",
 		},
 		{
 			Name: "clock-jump-minority", Safe: true, Config: lease(),
@@ -132,14 +147,19 @@ func Scenarios(s Scale) []Scenario {
 			Description: "Every 700ms the clocks of 2 of 5 masters jump 3ms forward (libfaketime), and back 300ms later: less than the drift allowance (TTL x 0.01 + 2ms), the most a jump may take. Sections use their whole lease (until shortly before validity ends).",
 		},
 		{
-			Name: "restart-delayed", Safe: true, Config: holding(),
-			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "Kill 2 masters; while a client holds the lock on the other 3 (700ms sections, TTL 2s), kill 2 of those; restart all 4 empty after 2.3s, longer than the TTL (the spec's delayed restart).",
+			Name: "restart-delayed", Safe: true, Config: someLong(),
+			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: dur(300*time.Millisecond, 3*time.Second)},
+			Description: "Kill 2 masters; while a client holds a lock on the other 3 (a 700ms section among short ones, TTL 2s), kill 2 of those; restart all 4 empty after 2.3s, longer than the TTL (the spec's delayed restart).",
 		},
 		{
 			Name: "rolling-restart", Safe: true, KeepsLock: true, Config: rolling(),
 			Nemesis:     RollingRestart{Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
 			Description: "Kill each master in turn and restart it empty after 1.3s (longer than the 1s TTL), while one client holds the lock with auto-renewal for 20 TTLs and another tries to take it; renewals repair the masters that came back empty.",
+		},
+		{
+			Name: "rolling-restart, short sections", Safe: true, Config: base(),
+			Nemesis:     RollingRestart{Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "The same rolling restart under the baseline's load of short sections.",
 		},
 		{
 			Name: "rolling-restart, no repair", Safe: true, LosesLock: true, Config: with(rolling(), func(c *Config) { c.NoRepair = true }),
@@ -161,7 +181,7 @@ func Scenarios(s Scale) []Scenario {
 	// checker reports: they keep the small size.
 	for i := range all {
 		if c := &all[i].Config; !all[i].Safe && s == Full {
-			c.Clients, c.Duration = 4, 15*time.Second
+			c.Clients, c.Keys, c.Duration = 4, 1, 15*time.Second
 		}
 	}
 	// The other lock kinds under the nemeses that act most on held locks.

@@ -17,13 +17,19 @@ type Waker interface {
 	Wake() <-chan struct{}
 	// Close stops the Waker; it is idempotent.
 	Close()
+	// Settled reports whether every master had confirmed the watch's
+	// subscription before the caller's last attempt began, so that a
+	// release since then wakes the Waker: the caller may wait without
+	// trying again first.
+	Settled() bool
 }
 
 var (
 	// NewWaker watches releases of the lock named key on client. With
 	// all, every release wakes it (readers may share the lock); else each
-	// release wakes one of the client's other such waiters, in turn.
-	NewWaker func(client any, key string, all bool) Waker
+	// release wakes one of the client's other such waiters, in turn. A
+	// release seen at or after since (zero: none) wakes it at once.
+	NewWaker func(client any, key string, all bool, since time.Time) Waker
 
 	// AcquireWaitingWrite is Client.AcquireWrite by a writer that will
 	// retry: while readers hold the lock, it keeps new readers out for

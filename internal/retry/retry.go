@@ -71,8 +71,9 @@ func orDefault(v, def time.Duration) time.Duration {
 // Wait calls try until it gets the lock, fails for a reason waiting cannot
 // mend, or ctx ends. After a first failed attempt it subscribes to the
 // lock's releases (wakeAll: every release wakes it; else one waiter per
-// release), tries again at once (a release may have come in between), and
-// then retries on each wake-up or when the fallback timer fires. Waiters
+// release), tries again at once unless the client already watched them
+// (a release may have come in between), and then retries on each wake-up
+// or when the fallback timer fires. Waiters
 // for an exclusive lock (not wakeAll) in one process take turns. If ctx
 // ends first, the error matches ctx.Err() and tells the last attempt's
 // outcome. With opts.AutoRenew the lock is renewed from then on. When the
@@ -88,9 +89,10 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		}
 		defer done()
 	}
+	tried := time.Now()
 	l, err := try(ctx)
 	if retryable(ctx, err) {
-		l, err = wait(ctx, c, key, wakeAll, opts, try)
+		l, err = wait(ctx, c, key, wakeAll, opts, try, tried, err)
 		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
@@ -102,15 +104,19 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	return l, nil
 }
 
+// wait is Wait after the first attempt, which started at tried and failed
+// with err.
 func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
-	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
-	waker := link.NewWaker(c, key, wakeAll)
+	try func(context.Context) (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
+	waker := link.NewWaker(c, key, wakeAll, tried)
 	defer waker.Close()
 	delay := opts.MinRetryDelay
-	for {
-		l, err := try(ctx)
-		if !retryable(ctx, err) {
-			return l, err
+	for again := !waker.Settled(); ; again = true {
+		if again {
+			var l *redlock.Lock
+			if l, err = try(ctx); !retryable(ctx, err) {
+				return l, err
+			}
 		}
 		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
 		select {
