@@ -323,6 +323,7 @@ type contention struct {
 	errs     int64           // failed Unlock calls
 	top      int64           // acquisitions of the busiest worker
 	handoffs []time.Duration // from an Unlock call to the next Lock's return
+	held     time.Duration   // the holders' sleeps of work.hold, as long as they took
 }
 
 // work is what a contender does with and without the lock.
@@ -340,6 +341,7 @@ func contend(b *testing.B, ws []Worker, w work) contention {
 	var released atomic.Int64 // time of the last Unlock call not yet handed off, as UnixNano
 	counts := make([]int64, len(ws))
 	handoffs := make([][]time.Duration, len(ws))
+	held := make([]time.Duration, len(ws))
 	b.ReportAllocs()
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -357,7 +359,9 @@ func contend(b *testing.B, ws []Worker, w work) contention {
 				}
 				counts[i]++
 				n := acquired.Add(1)
+				slept := time.Now()
 				time.Sleep(w.hold)
+				held[i] += time.Since(slept)
 				// Release even when the run has ended meanwhile.
 				uctx, ucancel := context.WithTimeout(context.Background(), time.Second)
 				released.Store(time.Now().UnixNano())
@@ -380,6 +384,7 @@ func contend(b *testing.B, ws []Worker, w work) contention {
 	for i, k := range counts {
 		c.top = max(c.top, k)
 		c.handoffs = append(c.handoffs, handoffs[i]...)
+		c.held += held[i]
 	}
 	return c
 }
@@ -390,6 +395,9 @@ func (c contention) report(b *testing.B) {
 	b.ReportMetric(float64(c.fails)/n, "fails/op")
 	b.ReportMetric(float64(c.errs)/n, "errs/op")
 	b.ReportMetric(float64(c.top)/n, "top-share")
+	if c.held > 0 { // a sleep takes longer than asked, by the runtime's timer resolution and the machine's load
+		b.ReportMetric(float64(c.held)/n, "hold-ns")
+	}
 	if len(c.handoffs) > 0 {
 		slices.Sort(c.handoffs)
 		h := c.handoffs
