@@ -94,12 +94,16 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 		// to the bound of a call decided without it.
 		w = &watch{window: lateCallFactor * c.masterTimeout}
 		ctx, w.cancel = context.WithCancel(context.Background())
+		var subs []subscriber
 		for i := range c.nodes {
 			if s, ok := c.nodes[i].client.(subscriber); ok {
-				w.subscribers++
-				w.done.Add(1)
-				go w.follow(ctx, s, channel)
+				subs = append(subs, s)
 			}
+		}
+		w.subscribers = len(subs) // before any follow reads it
+		for _, s := range subs {
+			w.done.Add(1)
+			go w.follow(ctx, s, channel)
 		}
 		c.watches[channel] = w
 	}
