@@ -363,20 +363,24 @@ func (*acquireRounds) ObserveEvent(context.Context, redlock.Event) {}
 // releases yet; once it does, one refused attempt is all before the
 // release wakes it. The fallback timer (2.5s at the earliest) is far from
 // the 300ms the test waits for a second attempt, so only an immediate one
-// can be counted.
+// can be counted. Each holder is a client of its own, closed after its
+// release: Close waits until every master has the release, so that no copy
+// of it comes during the next wait (such a copy rightly wakes the waiter);
+// the same for the waiter's own release.
 func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
-	holder := newClient(t, cl, nil)
 	rounds := &acquireRounds{}
 	c := newClient(t, cl, &redlock.Options{MasterTimeout: 200 * time.Millisecond, Observer: rounds})
 	slow := &mutex.Options{TTL: 10 * time.Second, MinRetryDelay: 5 * time.Second, MaxRetryDelay: 5 * time.Second}
-	h, err := mutex.New(holder, "job", slow)
-	require.NoError(t, err)
 	w, err := mutex.New(c, "job", slow)
 	require.NoError(t, err)
 	ctx := context.Background()
 
 	for i, wantRefused := range []int64{2, 1} { // the first wait starts the watch
+		holder, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		h, err := mutex.New(holder, "job", slow)
+		require.NoError(t, err)
 		require.NoError(t, h.Lock(ctx))
 		rounds.n.Store(0)
 		got := make(chan error, 1)
@@ -391,6 +395,18 @@ func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatalf("wait %d: the release did not wake the waiter before its fallback timer", i)
 		}
+		require.NoError(t, holder.Close())
 		require.NoError(t, w.Unlock(ctx))
+		// And this release on every master before the next holder comes:
+		// one that a master refused meanwhile would publish.
+		require.Eventually(t, func() bool {
+			for i := range cl.Masters {
+				n, err := cl.Admin(i).Exists(ctx, "{job}").Result()
+				if err != nil || n != 0 {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, 5*time.Millisecond, "wait %d: the release reached every master", i)
 	}
 }
