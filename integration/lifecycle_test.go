@@ -48,6 +48,53 @@ func waitSubscribers(t *testing.T, cl *integration.Cluster, key string, n int64)
 	}, 10*time.Second, 20*time.Millisecond, "every master counts %d subscribers to %s", n, channel)
 }
 
+// waitGone waits until the lock named key is gone from every master: its
+// last release reached them all, and published where it was waited for.
+func waitGone(t *testing.T, cl *integration.Cluster, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i := range cl.Masters {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			n, err := cl.Admin(i).Exists(ctx, "{"+key+"}").Result()
+			cancel()
+			if err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the release of %s reached every master", key)
+}
+
+// heldEverywhere calls lock until the lock named key is on every master: an
+// acquire is decided by a quorum, and on a busy machine a call queued to a
+// master that is behind is withdrawn. It unlocks and tries again, up to 20
+// times.
+func heldEverywhere(t *testing.T, cl *integration.Cluster, key string, lock, unlock func() error) {
+	t.Helper()
+	everywhere := func() bool {
+		for i := range cl.Masters {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			n, err := cl.Admin(i).Exists(ctx, "{"+key+"}").Result()
+			cancel()
+			if err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for range 20 {
+		require.NoError(t, lock())
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if everywhere() { // the calls still on their way arrive within the bound
+				return
+			}
+		}
+		require.NoError(t, unlock())
+		waitGone(t, cl, key)
+	}
+	t.Fatalf("the lock %s never got onto every master in 20 tries", key)
+}
+
 // wokeWithin reports whether k is woken within d.
 func wokeWithin(k link.Waker, d time.Duration) bool {
 	select {
@@ -136,9 +183,9 @@ func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 	}{
 		{"reentrant owner", "job", false,
 			func(o string) error {
-				if err := reentrant.Lock(ctx, o); err != nil {
-					return err
-				}
+				// On every master, so that refuse takes none: its undo
+				// would publish a release of its own.
+				heldEverywhere(t, cl, "job", func() error { return reentrant.Lock(ctx, o) }, func() error { return reentrant.Unlock(ctx, o) })
 				refuse(t, c, "job") // else the release publishes nothing
 				return nil
 			},
@@ -164,8 +211,10 @@ func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 					require.True(t, wokeWithin(other, wakeBound), "release %d woke one reader only", i+1)
 					time.Sleep(300 * time.Millisecond) // the copies, which may wake them again
 				} else {
-					// The other masters' copies of this release come
-					// within milliseconds; none may wake the other.
+					// Every master has published its copy once the lock is
+					// gone everywhere; none may wake the other waiter. (A
+					// late copy of the previous release would.)
+					waitGone(t, cl, tc.key)
 					assert.False(t, wokeWithin(other, 300*time.Millisecond), "a copy of release %d woke another waiter", i+1)
 				}
 				drain(next)
@@ -381,7 +430,9 @@ func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 		require.NoError(t, err)
 		h, err := mutex.New(holder, "job", slow)
 		require.NoError(t, err)
-		require.NoError(t, h.Lock(ctx))
+		// On every master, so that the waiter's attempt takes none (its
+		// undo would publish where the holder's call came later).
+		heldEverywhere(t, cl, "job", func() error { return h.Lock(ctx) }, func() error { return h.Unlock(ctx) })
 		rounds.n.Store(0)
 		got := make(chan error, 1)
 		go func() { got <- w.Lock(ctx) }()
@@ -399,14 +450,6 @@ func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 		require.NoError(t, w.Unlock(ctx))
 		// And this release on every master before the next holder comes:
 		// one that a master refused meanwhile would publish.
-		require.Eventually(t, func() bool {
-			for i := range cl.Masters {
-				n, err := cl.Admin(i).Exists(ctx, "{job}").Result()
-				if err != nil || n != 0 {
-					return false
-				}
-			}
-			return true
-		}, 5*time.Second, 5*time.Millisecond, "wait %d: the release reached every master", i)
+		waitGone(t, cl, "job")
 	}
 }
