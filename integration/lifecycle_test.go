@@ -48,20 +48,28 @@ func waitSubscribers(t *testing.T, cl *integration.Cluster, key string, n int64)
 	}, 10*time.Second, 20*time.Millisecond, "every master counts %d subscribers to %s", n, channel)
 }
 
+// mastersWith counts the masters that hold the lock named key; ok is false
+// if one of them did not answer.
+func mastersWith(cl *integration.Cluster, key string) (n int, ok bool) {
+	for i := range cl.Masters {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		e, err := cl.Admin(i).Exists(ctx, "{"+key+"}").Result()
+		cancel()
+		if err != nil {
+			return 0, false
+		}
+		n += int(e)
+	}
+	return n, true
+}
+
 // waitGone waits until the lock named key is gone from every master: its
 // last release reached them all, and published where it was waited for.
 func waitGone(t *testing.T, cl *integration.Cluster, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		for i := range cl.Masters {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			n, err := cl.Admin(i).Exists(ctx, "{"+key+"}").Result()
-			cancel()
-			if err != nil || n != 0 {
-				return false
-			}
-		}
-		return true
+		n, ok := mastersWith(cl, key)
+		return ok && n == 0
 	}, 10*time.Second, 5*time.Millisecond, "the release of %s reached every master", key)
 }
 
@@ -72,15 +80,8 @@ func waitGone(t *testing.T, cl *integration.Cluster, key string) {
 func heldEverywhere(t *testing.T, cl *integration.Cluster, key string, lock, unlock func() error) {
 	t.Helper()
 	everywhere := func() bool {
-		for i := range cl.Masters {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			n, err := cl.Admin(i).Exists(ctx, "{"+key+"}").Result()
-			cancel()
-			if err != nil || n == 0 {
-				return false
-			}
-		}
-		return true
+		n, ok := mastersWith(cl, key)
+		return ok && n == len(cl.Masters)
 	}
 	for range 20 {
 		require.NoError(t, lock())

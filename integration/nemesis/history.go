@@ -71,6 +71,12 @@ type Section struct {
 	Aborted  bool // the holder's lock was lost or its validity ran out before the write: nothing written
 }
 
+// completed reports whether the section did what it came for: a write the
+// resource accepted, or a read held to the end under a shared lock.
+func (s Section) completed() bool {
+	return s.Committed || s.Shared && s.ReadOK && !s.Aborted
+}
+
 // Overlap is a pair of sections whose [Enter, Exit] intervals intersect,
 // not both shared: two clients held the lock at the same time, at least
 // one of them for writing.
@@ -228,7 +234,7 @@ func Check(sections []Section, final int64) *Result {
 		last = s.Written
 	}
 	for _, s := range sections {
-		if !s.Shared || !s.ReadOK || s.Aborted {
+		if !s.Shared || !s.completed() {
 			continue
 		}
 		r.Reads++

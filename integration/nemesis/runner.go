@@ -401,7 +401,7 @@ func (w *worker) run(ctx context.Context) error {
 			return fmt.Errorf("client %d: unlock: %w", w.id, err)
 		}
 		w.env.Rec.Record(s)
-		if s.Committed || s.Shared && s.ReadOK && !s.Aborted {
+		if s.completed() {
 			w.env.completed.Add(1)
 		}
 	}
