@@ -15,9 +15,11 @@ import (
 // Mutex is a distributed lock on one key. Like sync.Mutex it is not
 // reentrant, and it may be unlocked by another goroutine than the one that
 // locked it. It is safe for concurrent use: goroutines of one process that
-// share a Mutex wait for each other locally before they compete with other
-// processes. Make one with New: on a zero Mutex, Lock, TryLock, Unlock and
-// Extend return an error wrapping redlock.ErrInvalidArgument.
+// share a Mutex, and the Mutexes and Reentrants of one client on one key,
+// wait for each other locally before they compete with other processes;
+// the holder's Unlock hands the lock on to the next of them. Make one with
+// New: on a zero Mutex, Lock, TryLock, Unlock and Extend return an error
+// wrapping redlock.ErrInvalidArgument.
 type Mutex struct {
 	client *redlock.Client
 	key    string
@@ -49,8 +51,10 @@ func (m *Mutex) check() error {
 // Key returns the key of the lock.
 func (m *Mutex) Key() string { return m.key }
 
-// Lock blocks until this Mutex holds the lock or ctx ends. It waits for
-// releases published by the masters, with a jittered fallback timer. A
+// Lock blocks until this Mutex holds the lock or ctx ends. It waits for its
+// turn among this process's holder and waiters for the key on the client
+// (see Mutex), then for releases published by the masters, with a
+// jittered fallback timer. A
 // failed attempt leaves nothing on the masters. If ctx ends first, the
 // error matches ctx.Err() and tells the last attempt's outcome; an invalid
 // TTL fails at once.
@@ -102,11 +106,11 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(); err != nil {
 		return err
 	}
-	l := m.holds.Drop("")
+	l, t := m.holds.Drop("")
 	if l == nil {
 		return fmt.Errorf("%w: release %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
 	}
-	err := l.Release(ctx)
+	err := retry.Release(ctx, l, t)
 	<-m.turn
 	return err
 }

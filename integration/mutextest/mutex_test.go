@@ -3,6 +3,7 @@ package mutex_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +132,116 @@ func TestUnlockAfterExpiry(t *testing.T) {
 	require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the holder learns the lock had expired")
 	require.NoError(t, m.TryLock(ctx), "unlocked afterwards")
 	require.NoError(t, m.Unlock(ctx))
+}
+
+// acquireRounds counts a client's acquire rounds.
+type acquireRounds struct{ n atomic.Int64 }
+
+func (a *acquireRounds) ObserveRound(_ context.Context, r redlock.Round) {
+	if r.Op == "acquire" {
+		a.n.Add(1)
+	}
+}
+
+func (*acquireRounds) ObserveEvent(context.Context, redlock.Event) {}
+
+// waitLock checks that a Lock whose result comes on got succeeds within 5s.
+func waitLock(t *testing.T, got <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		require.NoError(t, err, what)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: still waiting after 5s", what)
+	}
+}
+
+// TestLocalWaiterTriesOnlyAfterRelease: the Mutexes of one client on one key
+// take turns, and the holder keeps its turn until its release round is
+// decided: a waiter makes no attempt while the lock is held here, and its
+// first attempt, after the Unlock, gets it. (When the turn passed at
+// acquisition, the waiter tried at once and was refused.)
+func TestLocalWaiterTriesOnlyAfterRelease(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	rounds := &acquireRounds{}
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond, Observer: rounds})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	ctx := context.Background()
+	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
+
+	for i := range 3 {
+		rounds.n.Store(0)
+		require.NoError(t, a.Lock(ctx))
+		got := make(chan error, 1)
+		go func() { got <- b.Lock(ctx) }()
+		time.Sleep(200 * time.Millisecond) // room for an attempt that must not come
+		assert.EqualValues(t, 1, rounds.n.Load(), "%d: acquire rounds while a holds the lock", i)
+		require.NoError(t, a.Unlock(ctx))
+		waitLock(t, got, "b after a's Unlock")
+		assert.EqualValues(t, 2, rounds.n.Load(), "%d: b took one attempt", i)
+		require.NoError(t, b.Unlock(ctx))
+	}
+}
+
+// TestTurnEndsWithTheLock: a holder that does not Unlock gives its turn up
+// when its lock ends otherwise, so the next waiter of the process gets the
+// lock then, and not before: when the lock's validity ran out, and when it
+// was released on the redlock.Lock itself. Each case is bounded by 5s, so
+// that a turn never given up fails the test rather than hanging it.
+func TestTurnEndsWithTheLock(t *testing.T) {
+	c := setup(t)
+	short, err := mutex.New(c, "k", &mutex.Options{TTL: 300 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	b := newMutex(t, c, "k")
+	bounded := func(t *testing.T) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+
+	t.Run("expired", func(t *testing.T) {
+		ctx := bounded(t)
+		require.NoError(t, short.Lock(ctx))
+		until := short.Current().Until()
+		got := make(chan error, 1)
+		go func() { got <- b.Lock(ctx) }()
+		waitLock(t, got, "b after a's lock ran out")
+		assert.False(t, time.Now().Before(until), "b got the lock before a's validity ran out")
+		require.ErrorIs(t, short.Unlock(ctx), redlock.ErrNotHeld)
+		require.NoError(t, b.Unlock(ctx))
+	})
+	t.Run("released on the Lock", func(t *testing.T) {
+		ctx := bounded(t)
+		require.NoError(t, short.Lock(ctx))
+		got := make(chan error, 1)
+		go func() { got <- b.Lock(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, short.Current().Release(ctx))
+		waitLock(t, got, "b after a's Lock was released")
+		require.ErrorIs(t, short.Unlock(ctx), redlock.ErrNotHeld, "already released")
+		require.NoError(t, b.Unlock(ctx))
+	})
+}
+
+// TestReentrantKeepsTheTurnUntilTheLastUnlock: another owner of the
+// process waits until the last of the holder's holds is released.
+func TestReentrantKeepsTheTurnUntilTheLastUnlock(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	r, err := mutex.NewReentrant(c, "k", &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, r.Lock(ctx, "x"))
+	require.NoError(t, r.Lock(ctx, "x"))
+	got := make(chan error, 1)
+	go func() { got <- r.Lock(ctx, "y") }()
+	require.NoError(t, r.Unlock(ctx, "x"))
+	select {
+	case err := <-got:
+		t.Fatalf("y locked while x held it once more: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, r.Unlock(ctx, "x"))
+	waitLock(t, got, "y after x's last Unlock")
+	require.NoError(t, r.Unlock(ctx, "y"))
 }

@@ -21,13 +21,14 @@ type Holders struct {
 type holder struct {
 	mu    sync.Mutex // serializes changes
 	lock  atomic.Pointer[redlock.Lock]
-	users int // calls using this holder; guarded by Holders.mu
+	turn  *Turn // the turn lock was taken with (see Wait); guarded by mu
+	users int   // calls using this holder; guarded by Holders.mu
 }
 
-// with runs f with the owner's lock (nil when the owner holds nothing
-// here) while no other change for the same owner runs, and stores the
-// lock f returns.
-func (h *Holders) with(owner string, f func(*redlock.Lock) (*redlock.Lock, error)) error {
+// with runs f with the owner's holder while no other change for the same
+// owner runs. f reads and stores the holder's lock and turn; a holder left
+// without a lock is forgotten.
+func (h *Holders) with(owner string, f func(o *holder) error) error {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = map[string]*holder{}
@@ -41,8 +42,7 @@ func (h *Holders) with(owner string, f func(*redlock.Lock) (*redlock.Lock, error
 	h.mu.Unlock()
 
 	o.mu.Lock()
-	l, err := f(o.lock.Load())
-	o.lock.Store(l)
+	err := f(o)
 	o.mu.Unlock()
 
 	h.mu.Lock()
@@ -69,18 +69,19 @@ func (h *Holders) Get(owner string) *redlock.Lock {
 // automatically with opts.AutoRenew.
 func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string, wakeAll, block bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) error {
-	return h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
-		if l != nil {
-			return l, l.Reenter(ctx)
+	return h.with(owner, func(o *holder) error {
+		if l := o.lock.Load(); l != nil {
+			return l.Reenter(ctx)
 		}
+		var l *redlock.Lock
+		var err error
 		if block {
-			return Wait(ctx, c, key, wakeAll, opts, try)
-		}
-		l, err := try(ctx)
-		if err == nil && opts.AutoRenew {
+			l, o.turn, err = Wait(ctx, c, key, wakeAll, opts, try)
+		} else if l, err = try(ctx); err == nil && opts.AutoRenew {
 			l.AutoRenew()
 		}
-		return l, err
+		o.lock.Store(l)
+		return err
 	})
 }
 
@@ -88,24 +89,30 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
 // here; op and key name the call in that error.
 func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
-	return h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
+	return h.with(owner, func(o *holder) error {
+		l := o.lock.Load()
 		if l == nil {
-			return nil, fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
+			return fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
 		}
-		err := l.Release(ctx)
+		err := Release(ctx, l, o.turn)
 		if l.Holds() == 0 {
-			l = nil
+			o.lock.Store(nil)
+			o.turn = nil
 		}
-		return l, err
+		return err
 	})
 }
 
-// Drop forgets the lock owner holds here and returns it, or nil.
-func (h *Holders) Drop(owner string) *redlock.Lock {
-	var dropped *redlock.Lock
-	_ = h.with(owner, func(l *redlock.Lock) (*redlock.Lock, error) {
-		dropped = l
-		return nil, nil
+// Drop forgets the lock owner holds here and returns it and the turn it
+// was taken with (see Release), or nil and nil.
+func (h *Holders) Drop(owner string) (*redlock.Lock, *Turn) {
+	var l *redlock.Lock
+	var t *Turn
+	_ = h.with(owner, func(o *holder) error {
+		l, t = o.lock.Load(), o.turn
+		o.lock.Store(nil)
+		o.turn = nil
+		return nil
 	})
-	return dropped
+	return l, t
 }

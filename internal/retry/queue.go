@@ -10,7 +10,9 @@ import (
 // queue lets the waiters of one process for one exclusive lock take turns:
 // only the one holding the turn tries, so that they do not split the
 // masters' votes among themselves, and each release wakes the one waiter
-// that will try.
+// that will try. The waiter that gets the lock keeps the turn until its
+// release round (see Release), so the next one tries once the lock is
+// free instead of being refused while it is held.
 type queue struct {
 	turn chan struct{}
 	refs int // guarded by queuesMu
@@ -26,9 +28,25 @@ var (
 	queues   = map[queueKey]*queue{}
 )
 
+// Turn is a waiter's turn among its process's waiters for an exclusive
+// lock, and then its holder's. It is given up once: by Release, after the
+// lock's last release round, or as soon as the lock ends otherwise (lost,
+// expired, its Client closed, or released without Release). A nil *Turn
+// is no turn: its methods do nothing. It is safe for concurrent use.
+type Turn struct {
+	q     *queue
+	leave func()
+
+	mu        sync.Mutex
+	given     bool
+	releasing bool        // Release is under way: it gives the turn up
+	stop      func() bool // stops watching the lock's end
+}
+
 // takeTurn blocks until it is the caller's turn among this process's
-// waiters for key on c, or ctx ends. The returned func gives the turn up.
-func takeTurn(ctx context.Context, c *redlock.Client, key string) (func(), error) {
+// waiters and holder for key on c, or ctx ends. waited tells whether it
+// had to wait.
+func takeTurn(ctx context.Context, c *redlock.Client, key string) (t *Turn, waited bool, err error) {
 	k := queueKey{c, key}
 	queuesMu.Lock()
 	q := queues[k]
@@ -47,9 +65,69 @@ func takeTurn(ctx context.Context, c *redlock.Client, key string) (func(), error
 	}
 	select {
 	case q.turn <- struct{}{}:
-		return func() { <-q.turn; leave() }, nil
+		return &Turn{q: q, leave: leave}, false, nil
+	default:
+	}
+	select {
+	case q.turn <- struct{}{}:
+		return &Turn{q: q, leave: leave}, true, nil
 	case <-ctx.Done():
 		leave()
-		return nil, ctx.Err()
+		return nil, true, ctx.Err()
 	}
+}
+
+// give gives the turn up; only the first call does.
+func (t *Turn) give() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.given {
+		t.mu.Unlock()
+		return
+	}
+	t.given = true
+	stop := t.stop
+	t.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	<-t.q.turn
+	t.leave()
+}
+
+// keepWhile keeps the turn while l is held: it is given up when l ends,
+// unless Release is releasing l, which gives it up after its round.
+func (t *Turn) keepWhile(l *redlock.Lock) {
+	if t == nil {
+		return
+	}
+	stop := context.AfterFunc(l.Context(), func() {
+		t.mu.Lock()
+		releasing := t.releasing
+		t.mu.Unlock()
+		if !releasing {
+			t.give()
+		}
+	})
+	t.mu.Lock()
+	t.stop = stop
+	t.mu.Unlock()
+}
+
+// Release gives up one hold of l (see redlock.Lock.Release). The last one
+// gives up t, the turn l was taken with (nil: none), once the release round
+// is decided: the next waiter of this process then tries at once and finds
+// the lock free, where it would have been refused while l was held.
+func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
+	if t == nil || l.Holds() > 1 {
+		return l.Release(ctx)
+	}
+	t.mu.Lock()
+	t.releasing = true
+	t.mu.Unlock()
+	err := l.Release(ctx)
+	t.give()
+	return err
 }

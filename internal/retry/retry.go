@@ -73,35 +73,44 @@ func orDefault(v, def time.Duration) time.Duration {
 // lock's releases (wakeAll: every release wakes it; else one waiter per
 // release), tries again at once unless the client already watched them
 // (a release may have come in between), and then retries on each wake-up
-// or when the fallback timer fires. Waiters
-// for an exclusive lock (not wakeAll) in one process take turns. If ctx
-// ends first, the error matches ctx.Err() and tells the last attempt's
-// outcome. With opts.AutoRenew the lock is renewed from then on. When the
-// first attempt found the lock held, the wait is reported to the client's
-// Observer.
+// or when the fallback timer fires. Waiters for an exclusive lock (not
+// wakeAll) in one process take turns, and the one that gets the lock keeps
+// its turn, returned, until Release (see Turn). If ctx ends first, the
+// error matches ctx.Err() and tells the last attempt's outcome. With
+// opts.AutoRenew the lock is renewed from then on. When it waited for a
+// turn or its first attempt found the lock held, the wait is reported to
+// the client's Observer.
 func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
-	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
+	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, *Turn, error) {
 	start := time.Now() // a wait for a turn counts as waiting
+	var t *Turn
+	var waited bool
 	if !wakeAll {
-		done, err := takeTurn(ctx, c, key)
-		if err != nil {
-			return nil, fmt.Errorf("%w: acquire %q: gave up waiting for a turn among this process's waiters: %w", redlock.ErrNotObtained, key, err)
+		var err error
+		if t, waited, err = takeTurn(ctx, c, key); err != nil {
+			err = fmt.Errorf("%w: acquire %q: gave up waiting for a turn among this process's holder and waiters: %w", redlock.ErrNotObtained, key, err)
+			link.ObserveWait(ctx, c, key, time.Since(start), nil, err)
+			return nil, nil, err
 		}
-		defer done()
 	}
 	tried := time.Now()
 	l, err := try(ctx)
 	if retryable(ctx, err) {
 		l, err = wait(ctx, c, key, wakeAll, opts, try, tried, err)
+		waited = true
+	}
+	if waited {
 		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
-		return nil, err
+		t.give()
+		return nil, nil, err
 	}
 	if opts.AutoRenew {
 		l.AutoRenew()
 	}
-	return l, nil
+	t.keepWhile(l)
+	return l, t, nil
 }
 
 // wait is Wait after the first attempt, which started at tried and failed
