@@ -49,8 +49,9 @@ const (
 	// Token and Until are set.
 	EventAcquired EventKind = iota + 1
 	// EventWaited: a blocking Lock of package mutex or rwmutex found the
-	// lock held and waited; Wait is how long, Err why it stopped without
-	// the lock (nil if it got it).
+	// lock held, or its process's turn for the lock taken, and waited;
+	// Wait is how long, Err why it stopped without the lock (nil if it got
+	// it).
 	EventWaited
 	// EventRenewed: auto-renewal extended the lock; Until is the new
 	// deadline.

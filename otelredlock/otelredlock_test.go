@@ -85,6 +85,11 @@ func TestMetricsAndSpans(t *testing.T) {
 		waited <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
+	// The waiter waits for this process's turn and makes no attempt while
+	// m holds the lock; a TryLock does, and is refused.
+	refused, err := mutex.New(c, "job", &mutex.Options{TTL: 10 * time.Second})
+	require.NoError(t, err)
+	require.ErrorIs(t, refused.TryLock(ctx), redlock.ErrNotObtained)
 	require.NoError(t, m.Unlock(ctx))
 	require.NoError(t, <-waited)
 
@@ -96,7 +101,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	parent.End()
 
 	got = collect(t, reader)
-	assert.GreaterOrEqual(t, histCount(t, got["redlock.acquire.duration"]), uint64(3), "three locks, and the waiter's refused attempts")
+	assert.GreaterOrEqual(t, histCount(t, got["redlock.acquire.duration"]), uint64(4), "three locks and the refused TryLock")
 	assert.Equal(t, uint64(1), histCount(t, got["redlock.wait.duration"]))
 	assert.Equal(t, int64(0), sum(t, got["redlock.locks.held"]), "released or lost")
 	assert.Equal(t, int64(1), sum(t, got["redlock.locks.lost"]))
@@ -118,7 +123,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		outcomes[v.AsString()] += p.Count
 	}
 	assert.Equal(t, uint64(3), outcomes["ok"])
-	assert.Positive(t, outcomes["failed"], "the waiter found it held")
+	assert.Positive(t, outcomes["failed"], "the TryLock found it held")
 
 	var names []string
 	var acquireSpan sdktrace.ReadOnlySpan

@@ -33,7 +33,8 @@ const opsUsage = `usage: redlock inspect|watch|release|verify [flags] [KEY]
                        fencing counter stays, so later tokens are still larger.
                        Stop the holder first: until it learns at its next extend,
                        it still counts on its validity (and a renewal in flight
-                       may set the lock again)
+                       may set the lock again); waiters in the holder's own
+                       process wait for its Lock to end there
   verify               the masters answer, are masters, are distinct servers, and
                        their clocks agree within the drift allowance of -ttl (a
                        bound on offsets, stricter than Redlock's, which is on rates)

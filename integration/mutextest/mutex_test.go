@@ -3,6 +3,7 @@ package mutex_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,17 +157,26 @@ func waitLock(t *testing.T, got <-chan error, what string) {
 	}
 }
 
+// countingClient returns a client on 3 masters that counts its acquire
+// rounds. Its MasterTimeout, 2s, keeps a busy machine from failing an
+// attempt that the tests count.
+func countingClient(t *testing.T) (*redlock.Client, *acquireRounds) {
+	t.Helper()
+	cl := integration.NewCluster(t, 3)
+	rounds := &acquireRounds{}
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second, Observer: rounds})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c, rounds
+}
+
 // TestLocalWaiterTriesOnlyAfterRelease: the Mutexes of one client on one key
 // take turns, and the holder keeps its turn until its release round is
 // decided: a waiter makes no attempt while the lock is held here, and its
 // first attempt, after the Unlock, gets it. (When the turn passed at
 // acquisition, the waiter tried at once and was refused.)
 func TestLocalWaiterTriesOnlyAfterRelease(t *testing.T) {
-	cl := integration.NewCluster(t, 3)
-	rounds := &acquireRounds{}
-	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond, Observer: rounds})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	c, rounds := countingClient(t)
 	ctx := context.Background()
 	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
 
@@ -187,8 +197,10 @@ func TestLocalWaiterTriesOnlyAfterRelease(t *testing.T) {
 // TestTurnEndsWithTheLock: a holder that does not Unlock gives its turn up
 // when its lock ends otherwise, so the next waiter of the process gets the
 // lock then, and not before: when the lock's validity ran out, and when it
-// was released on the redlock.Lock itself. Each case is bounded by 5s, so
-// that a turn never given up fails the test rather than hanging it.
+// was released on the redlock.Lock itself. (Before the holder kept its
+// turn, the waiter got it then too: this guards against a turn that is
+// never given up.) Each case is bounded by 5s, so that such a turn fails
+// the test rather than hanging it.
 func TestTurnEndsWithTheLock(t *testing.T) {
 	c := setup(t)
 	short, err := mutex.New(c, "k", &mutex.Options{TTL: 300 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
@@ -225,23 +237,66 @@ func TestTurnEndsWithTheLock(t *testing.T) {
 }
 
 // TestReentrantKeepsTheTurnUntilTheLastUnlock: another owner of the
-// process waits until the last of the holder's holds is released.
+// process makes no attempt until the last of the holder's holds is
+// released, and then one.
 func TestReentrantKeepsTheTurnUntilTheLastUnlock(t *testing.T) {
-	c := setup(t)
+	c, rounds := countingClient(t)
 	ctx := context.Background()
 	r, err := mutex.NewReentrant(c, "k", &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, r.Lock(ctx, "x"))
 	require.NoError(t, r.Lock(ctx, "x"))
+	rounds.n.Store(0)
 	got := make(chan error, 1)
 	go func() { got <- r.Lock(ctx, "y") }()
 	require.NoError(t, r.Unlock(ctx, "x"))
 	select {
 	case err := <-got:
 		t.Fatalf("y locked while x held it once more: %v", err)
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(200 * time.Millisecond): // room for an attempt that must not come
 	}
+	assert.EqualValues(t, 0, rounds.n.Load(), "acquire rounds while x holds the lock")
 	require.NoError(t, r.Unlock(ctx, "x"))
 	waitLock(t, got, "y after x's last Unlock")
+	assert.EqualValues(t, 1, rounds.n.Load(), "y took one attempt")
 	require.NoError(t, r.Unlock(ctx, "y"))
+}
+
+// TestProcessesShareAContendedLock: two clients (two processes, as far as
+// local turns go), each with 8 goroutines that lock, hold 1ms and work 2ms
+// outside, for 2s. A process whose holder hands the lock on to its own next
+// waiter must not starve the other: each gets at least a fifth of the
+// acquisitions (measured: about half each, before and after local
+// hand-off). The bound does not depend on the machine's speed, only on
+// both making progress.
+func TestProcessesShareAContendedLock(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	var counts [2]atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := range counts {
+		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		for range 8 {
+			m := newMutex(t, c, "shared")
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if m.Lock(ctx) != nil {
+						continue
+					}
+					counts[p].Add(1)
+					time.Sleep(time.Millisecond)
+					assert.NoError(t, m.Unlock(context.Background()))
+					time.Sleep(2 * time.Millisecond)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	a, b := counts[0].Load(), counts[1].Load()
+	t.Logf("acquisitions: %d and %d", a, b)
+	require.Greater(t, a+b, int64(20), "progress")
+	assert.GreaterOrEqual(t, 5*min(a, b), a+b, "each process gets a fifth at least")
 }

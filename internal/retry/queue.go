@@ -37,10 +37,9 @@ type Turn struct {
 	q     *queue
 	leave func()
 
-	mu        sync.Mutex
-	given     bool
-	releasing bool        // Release is under way: it gives the turn up
-	stop      func() bool // stops watching the lock's end
+	mu    sync.Mutex
+	given bool
+	stop  func() bool // stops watching the lock's end (see keepWhile)
 }
 
 // takeTurn blocks until it is the caller's turn among this process's
@@ -88,29 +87,30 @@ func (t *Turn) give() {
 		return
 	}
 	t.given = true
-	stop := t.stop
 	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
+	t.unwatch()
 	<-t.q.turn
 	t.leave()
 }
 
+// unwatch stops keepWhile's watch, if any.
+func (t *Turn) unwatch() {
+	t.mu.Lock()
+	stop := t.stop
+	t.stop = nil
+	t.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
 // keepWhile keeps the turn while l is held: it is given up when l ends,
-// unless Release is releasing l, which gives it up after its round.
+// unless Release stopped watching first.
 func (t *Turn) keepWhile(l *redlock.Lock) {
 	if t == nil {
 		return
 	}
-	stop := context.AfterFunc(l.Context(), func() {
-		t.mu.Lock()
-		releasing := t.releasing
-		t.mu.Unlock()
-		if !releasing {
-			t.give()
-		}
-	})
+	stop := context.AfterFunc(l.Context(), t.give)
 	t.mu.Lock()
 	t.stop = stop
 	t.mu.Unlock()
@@ -124,10 +124,7 @@ func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
 	if t == nil || l.Holds() > 1 {
 		return l.Release(ctx)
 	}
-	t.mu.Lock()
-	t.releasing = true
-	t.mu.Unlock()
-	err := l.Release(ctx)
-	t.give()
-	return err
+	defer t.give()
+	t.unwatch() // a lock that ended meanwhile gave the turn up already
+	return l.Release(ctx)
 }

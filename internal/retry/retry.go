@@ -93,6 +93,12 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 			return nil, nil, err
 		}
 	}
+	kept := false
+	defer func() {
+		if !kept { // failed, or a panic (an Observer's, say): never keep the turn
+			t.give()
+		}
+	}()
 	tried := time.Now()
 	l, err := try(ctx)
 	if retryable(ctx, err) {
@@ -103,13 +109,13 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
-		t.give()
 		return nil, nil, err
 	}
 	if opts.AutoRenew {
 		l.AutoRenew()
 	}
 	t.keepWhile(l)
+	kept = true
 	return l, t, nil
 }
 
