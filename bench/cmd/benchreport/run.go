@@ -153,7 +153,9 @@ func describeMachine(ctx context.Context, repo string) machine {
 		date:       time.Now().UTC().Format("2006-01-02 15:04 MST"),
 	}
 	commit := firstLine(run(ctx, repo, "git", "rev-parse", "--short", "HEAD"))
-	if commit != "" && firstLine(run(ctx, repo, "git", "status", "--porcelain", "--untracked-files=no")) != "" {
+	// What the report itself writes does not count as a change.
+	if commit != "" && firstLine(run(ctx, repo, "git", "status", "--porcelain", "--untracked-files=no",
+		"--", ".", ":!BENCHMARKS.md", ":!bench/results", ":!docs/bench")) != "" {
 		commit += " with uncommitted changes"
 	}
 	m.commit = commit
