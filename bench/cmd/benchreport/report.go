@@ -274,7 +274,7 @@ func (r *report) write(w io.Writer) {
 	p("## Contended with work: 16 goroutines, one key, 1ms held, 2ms outside\n\n")
 	p("As above, but each goroutine holds the lock for 1ms of work and then works 2ms outside it, so that the releaser does not simply take the lock back. ")
 	p("The limit is one hold plus one round trip per acquisition. Hand-off is the time from a release to the next holder's acquire. ")
-	p("Hold is how long the holder's `time.Sleep(1ms)` took in fact: timers wake late on this machine, and by more in some processes than others.\n\n")
+	p("Hold is how long the holder's `time.Sleep(1ms)` took in fact: it ends late by about as long as the process stayed busy after it began, since Go's netpoller rounds a wait under 1ms up to 1ms (see Analysis).\n\n")
 	p("| Library | acquisitions/s | hold | hand-off p50 | hand-off p99 | allocs/acq | server cmds/acq | gave up/acq | busiest goroutine's share |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, lib := range []string{"redlock-5", "redsync-5"} {
 		n := "ContendedWork/lib=" + lib + "/g=16"
