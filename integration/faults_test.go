@@ -49,11 +49,12 @@ func proxiedClient(t *testing.T, px *nemesis.Proxies, opts *redlock.Options) *re
 }
 
 // waitReleased waits until no master holds the lock named key: Release
-// returns at the quorum, and the calls to slower masters go on.
+// returns at the quorum, and the calls to slower masters go on (and
+// publish where the lock was waited for).
 func waitReleased(t *testing.T, cl *integration.Cluster, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(repeat("", len(cl.Masters)), values(t, cl, key)) },
-		2*time.Second, 5*time.Millisecond, "released everywhere")
+		10*time.Second, 5*time.Millisecond, "the release of %s reached every master", key)
 }
 
 // slack is a master timeout for tests that check where a lock landed after

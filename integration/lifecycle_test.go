@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,50 +47,21 @@ func waitSubscribers(t *testing.T, cl *integration.Cluster, key string, n int64)
 	}, 10*time.Second, 20*time.Millisecond, "every master counts %d subscribers to %s", n, channel)
 }
 
-// mastersWith counts the masters that hold the lock named key; ok is false
-// if one of them did not answer.
-func mastersWith(cl *integration.Cluster, key string) (n int, ok bool) {
-	for i := range cl.Masters {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		e, err := cl.Admin(i).Exists(ctx, "{"+key+"}").Result()
-		cancel()
-		if err != nil {
-			return 0, false
-		}
-		n += int(e)
-	}
-	return n, true
-}
-
-// waitGone waits until the lock named key is gone from every master: its
-// last release reached them all, and published where it was waited for.
-func waitGone(t *testing.T, cl *integration.Cluster, key string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		n, ok := mastersWith(cl, key)
-		return ok && n == 0
-	}, 10*time.Second, 5*time.Millisecond, "the release of %s reached every master", key)
-}
-
 // heldEverywhere calls lock until the lock named key is on every master: an
 // acquire is decided by a quorum, and on a busy machine a call queued to a
 // master that is behind is withdrawn. It unlocks and tries again, up to 20
 // times.
 func heldEverywhere(t *testing.T, cl *integration.Cluster, key string, lock, unlock func() error) {
 	t.Helper()
-	everywhere := func() bool {
-		n, ok := mastersWith(cl, key)
-		return ok && n == len(cl.Masters)
-	}
 	for range 20 {
 		require.NoError(t, lock())
 		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			if everywhere() { // the calls still on their way arrive within the bound
+			if countEmpty(values(t, cl, key)) == 0 { // the calls still on their way arrive within the bound
 				return
 			}
 		}
 		require.NoError(t, unlock())
-		waitGone(t, cl, key)
+		waitReleased(t, cl, key)
 	}
 	t.Fatalf("the lock %s never got onto every master in 20 tries", key)
 }
@@ -217,7 +187,7 @@ func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 					// Every master has published its copy once the lock is
 					// gone everywhere; none may wake the other waiter. (A
 					// late copy of the previous release would.)
-					waitGone(t, cl, tc.key)
+					waitReleased(t, cl, tc.key)
 					assert.False(t, wokeWithin(other, 300*time.Millisecond), "a copy of release %d woke another waiter", i+1)
 				}
 				drain(next)
@@ -399,17 +369,6 @@ func TestLostLockNotHeld(t *testing.T) {
 	assert.ErrorIs(t, l.Err(), redlock.ErrNotHeld, "Err keeps the reason the lock was lost")
 }
 
-// acquireRounds counts a client's acquire rounds.
-type acquireRounds struct{ n atomic.Int64 }
-
-func (a *acquireRounds) ObserveRound(_ context.Context, r redlock.Round) {
-	if r.Op == "acquire" {
-		a.n.Add(1)
-	}
-}
-
-func (*acquireRounds) ObserveEvent(context.Context, redlock.Event) {}
-
 // TestSettledWaiterDoesNotTryTwice: a Mutex.Lock that finds the lock held
 // tries again at once only when its client did not watch the lock's
 // releases yet; once it does, one refused attempt is all before the
@@ -421,7 +380,7 @@ func (*acquireRounds) ObserveEvent(context.Context, redlock.Event) {}
 // the same for the waiter's own release.
 func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
-	rounds := &acquireRounds{}
+	rounds := &integration.AcquireRounds{}
 	c := newClient(t, cl, &redlock.Options{MasterTimeout: 200 * time.Millisecond, Observer: rounds})
 	slow := &mutex.Options{TTL: 10 * time.Second, MinRetryDelay: 5 * time.Second, MaxRetryDelay: 5 * time.Second}
 	w, err := mutex.New(c, "job", slow)
@@ -436,12 +395,12 @@ func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 		// On every master, so that the waiter's attempt takes none (its
 		// undo would publish where the holder's call came later).
 		heldEverywhere(t, cl, "job", func() error { return h.Lock(ctx) }, func() error { return h.Unlock(ctx) })
-		rounds.n.Store(0)
+		rounds.N.Store(0)
 		got := make(chan error, 1)
 		go func() { got <- w.Lock(ctx) }()
-		require.Eventually(t, func() bool { return rounds.n.Load() >= wantRefused }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return rounds.N.Load() >= wantRefused }, 5*time.Second, time.Millisecond)
 		time.Sleep(300 * time.Millisecond) // room for a second attempt that should not come
-		assert.Equal(t, wantRefused, rounds.n.Load(), "wait %d: refused attempts before the release", i)
+		assert.Equal(t, wantRefused, rounds.N.Load(), "wait %d: refused attempts before the release", i)
 		require.NoError(t, h.Unlock(ctx))
 		select {
 		case err := <-got:
@@ -453,6 +412,6 @@ func TestSettledWaiterDoesNotTryTwice(t *testing.T) {
 		require.NoError(t, w.Unlock(ctx))
 		// And this release on every master before the next holder comes:
 		// one that a master refused meanwhile would publish.
-		waitGone(t, cl, "job")
+		waitReleased(t, cl, "job")
 	}
 }

@@ -18,9 +18,9 @@ import (
 // share a Mutex, and the Mutexes and Reentrants of one client on one key,
 // wait for each other locally before they compete with other processes:
 // the holder keeps the process's turn until its Unlock has released the
-// lock, and the next of them tries then. Make one with
-// New: on a zero Mutex, Lock, TryLock, Unlock and Extend return an error
-// wrapping redlock.ErrInvalidArgument.
+// lock, and the next of them tries then. Make one with New: on a zero
+// Mutex, Lock, TryLock, Unlock and Extend return an error wrapping
+// redlock.ErrInvalidArgument.
 type Mutex struct {
 	client *redlock.Client
 	key    string
@@ -55,10 +55,9 @@ func (m *Mutex) Key() string { return m.key }
 // Lock blocks until this Mutex holds the lock or ctx ends. It waits for its
 // turn among this process's holder and waiters for the key on the client
 // (see Mutex), then for releases published by the masters, with a
-// jittered fallback timer. A
-// failed attempt leaves nothing on the masters. If ctx ends first, the
-// error matches ctx.Err() and tells the last attempt's outcome; an invalid
-// TTL fails at once.
+// jittered fallback timer. A failed attempt leaves nothing on the masters.
+// If ctx ends first, the error matches ctx.Err() and tells the last
+// attempt's outcome; an invalid TTL fails at once.
 func (m *Mutex) Lock(ctx context.Context) error {
 	if err := m.check(); err != nil {
 		return err

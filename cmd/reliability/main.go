@@ -162,15 +162,17 @@ counts (` + "`go test ./integration/nemesis`" + `).
 
 `)
 	p("## Results\n\n")
-	p("| Nemesis | Assumptions | Clients | Keys | Lock calls | Availability | Sections committed | Locks lost | Faults | Overlaps | Lost updates | Stale reads | Linearizable | Stale writes rejected | False rejections | Verdict |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	cols := []string{"Nemesis", "Assumptions", "Clients", "Keys", "Lock calls", "Availability", "Sections committed", "Locks lost", "Faults",
+		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "False rejections", "Verdict"}
+	p("| %s |\n", strings.Join(cols, " | "))
+	p("|%s\n", strings.Repeat("---|", len(cols)))
 	for _, o := range results {
 		kept := "kept"
 		if !o.sc.Safe {
 			kept = "broken"
 		}
 		if o.err != nil {
-			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", 13), o.verdict())
+			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
 			continue
 		}
 		r, rep := o.rep.Result, o.rep

@@ -135,17 +135,6 @@ func TestUnlockAfterExpiry(t *testing.T) {
 	require.NoError(t, m.Unlock(ctx))
 }
 
-// acquireRounds counts a client's acquire rounds.
-type acquireRounds struct{ n atomic.Int64 }
-
-func (a *acquireRounds) ObserveRound(_ context.Context, r redlock.Round) {
-	if r.Op == "acquire" {
-		a.n.Add(1)
-	}
-}
-
-func (*acquireRounds) ObserveEvent(context.Context, redlock.Event) {}
-
 // waitLock checks that a Lock whose result comes on got succeeds within 5s.
 func waitLock(t *testing.T, got <-chan error, what string) {
 	t.Helper()
@@ -160,10 +149,10 @@ func waitLock(t *testing.T, got <-chan error, what string) {
 // countingClient returns a client on 3 masters that counts its acquire
 // rounds. Its MasterTimeout, 2s, keeps a busy machine from failing an
 // attempt that the tests count.
-func countingClient(t *testing.T) (*redlock.Client, *acquireRounds) {
+func countingClient(t *testing.T) (*redlock.Client, *integration.AcquireRounds) {
 	t.Helper()
 	cl := integration.NewCluster(t, 3)
-	rounds := &acquireRounds{}
+	rounds := &integration.AcquireRounds{}
 	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second, Observer: rounds})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
@@ -181,15 +170,15 @@ func TestLocalWaiterTriesOnlyAfterRelease(t *testing.T) {
 	a, b := newMutex(t, c, "k"), newMutex(t, c, "k")
 
 	for i := range 3 {
-		rounds.n.Store(0)
+		rounds.N.Store(0)
 		require.NoError(t, a.Lock(ctx))
 		got := make(chan error, 1)
 		go func() { got <- b.Lock(ctx) }()
 		time.Sleep(200 * time.Millisecond) // room for an attempt that must not come
-		assert.EqualValues(t, 1, rounds.n.Load(), "%d: acquire rounds while a holds the lock", i)
+		assert.EqualValues(t, 1, rounds.N.Load(), "%d: acquire rounds while a holds the lock", i)
 		require.NoError(t, a.Unlock(ctx))
 		waitLock(t, got, "b after a's Unlock")
-		assert.EqualValues(t, 2, rounds.n.Load(), "%d: b took one attempt", i)
+		assert.EqualValues(t, 2, rounds.N.Load(), "%d: b took one attempt", i)
 		require.NoError(t, b.Unlock(ctx))
 	}
 }
@@ -246,7 +235,7 @@ func TestReentrantKeepsTheTurnUntilTheLastUnlock(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Lock(ctx, "x"))
 	require.NoError(t, r.Lock(ctx, "x"))
-	rounds.n.Store(0)
+	rounds.N.Store(0)
 	got := make(chan error, 1)
 	go func() { got <- r.Lock(ctx, "y") }()
 	require.NoError(t, r.Unlock(ctx, "x"))
@@ -255,10 +244,10 @@ func TestReentrantKeepsTheTurnUntilTheLastUnlock(t *testing.T) {
 		t.Fatalf("y locked while x held it once more: %v", err)
 	case <-time.After(200 * time.Millisecond): // room for an attempt that must not come
 	}
-	assert.EqualValues(t, 0, rounds.n.Load(), "acquire rounds while x holds the lock")
+	assert.EqualValues(t, 0, rounds.N.Load(), "acquire rounds while x holds the lock")
 	require.NoError(t, r.Unlock(ctx, "x"))
 	waitLock(t, got, "y after x's last Unlock")
-	assert.EqualValues(t, 1, rounds.n.Load(), "y took one attempt")
+	assert.EqualValues(t, 1, rounds.N.Load(), "y took one attempt")
 	require.NoError(t, r.Unlock(ctx, "y"))
 }
 

@@ -395,8 +395,7 @@ func (d *DriftingClock) Run(ctx context.Context, env *Env) error {
 		dir := time.Millisecond
 		if phase%2 == 1 {
 			dir = -dir
-		}
-		if phase%2 == 0 {
+		} else {
 			for i := range d.count {
 				env.Fault("clock of %s runs x%v for %v", env.Cluster.Masters[i].Name(), d.Rate, d.Period)
 			}

@@ -25,6 +25,12 @@ type holder struct {
 	users int   // calls using this holder; guarded by Holders.mu
 }
 
+// forget drops the holder's lock and turn; o.mu must be held.
+func (o *holder) forget() {
+	o.lock.Store(nil)
+	o.turn = nil
+}
+
 // with runs f with the owner's holder while no other change for the same
 // owner runs. f reads and stores the holder's lock and turn; a holder left
 // without a lock is forgotten.
@@ -96,8 +102,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		}
 		err := Release(ctx, l, o.turn)
 		if l.Holds() == 0 {
-			o.lock.Store(nil)
-			o.turn = nil
+			o.forget()
 		}
 		return err
 	})
@@ -110,8 +115,7 @@ func (h *Holders) Drop(owner string) (*redlock.Lock, *Turn) {
 	var t *Turn
 	_ = h.with(owner, func(o *holder) error {
 		l, t = o.lock.Load(), o.turn
-		o.lock.Store(nil)
-		o.turn = nil
+		o.forget()
 		return nil
 	})
 	return l, t

@@ -121,10 +121,9 @@ func (t *Turn) keepWhile(l *redlock.Lock) {
 // is decided: the next waiter of this process then tries at once and finds
 // the lock free, where it would have been refused while l was held.
 func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
-	if t == nil || l.Holds() > 1 {
-		return l.Release(ctx)
+	if t != nil && l.Holds() <= 1 {
+		t.unwatch() // a lock that ended meanwhile gave the turn up already
+		defer t.give()
 	}
-	defer t.give()
-	t.unwatch() // a lock that ended meanwhile gave the turn up already
 	return l.Release(ctx)
 }

@@ -47,6 +47,7 @@ func mainErr() error {
 	}
 	resultsDir := filepath.Join(benchDir, "results")
 	chartsDir := filepath.Join(repo, "docs", "bench")
+	out := filepath.Join(repo, "BENCHMARKS.md")
 	for _, d := range []string{resultsDir, chartsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -90,7 +91,7 @@ func mainErr() error {
 		return fmt.Errorf("%s: no benchmark results", rawPath)
 	}
 
-	rep := &report{res: res, machine: describeMachine(ctx, repo), suites: ss, rawPath: rawPath, repo: repo}
+	rep := &report{res: res, machine: describeMachine(ctx, repo, out, resultsDir, chartsDir), suites: ss, rawPath: rawPath, repo: repo}
 	if *from == "" {
 		rep.machine.load = loadStart + " at the start, " + loadAvg() + " at the end of the benchmarks"
 	}
@@ -138,7 +139,6 @@ func mainErr() error {
 	}
 	var md bytes.Buffer
 	rep.write(&md)
-	out := filepath.Join(repo, "BENCHMARKS.md")
 	if err := os.WriteFile(out, md.Bytes(), 0o644); err != nil {
 		return err
 	}

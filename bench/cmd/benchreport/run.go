@@ -142,7 +142,9 @@ type machine struct {
 	load                string
 }
 
-func describeMachine(ctx context.Context, repo string) machine {
+// describeMachine describes the machine and the repository's commit; the
+// report's own outputs (written files and directories) are not changes.
+func describeMachine(ctx context.Context, repo string, outputs ...string) machine {
 	m := machine{
 		nproc:      firstLine(run(ctx, "", "nproc")),
 		gomaxprocs: fmt.Sprint(runtime.GOMAXPROCS(0)),
@@ -153,9 +155,13 @@ func describeMachine(ctx context.Context, repo string) machine {
 		date:       time.Now().UTC().Format("2006-01-02 15:04 MST"),
 	}
 	commit := firstLine(run(ctx, repo, "git", "rev-parse", "--short", "HEAD"))
-	// What the report itself writes does not count as a change.
-	if commit != "" && firstLine(run(ctx, repo, "git", "status", "--porcelain", "--untracked-files=no",
-		"--", ".", ":!BENCHMARKS.md", ":!bench/results", ":!docs/bench")) != "" {
+	status := []string{"status", "--porcelain", "--untracked-files=no", "--", "."}
+	for _, o := range outputs {
+		if rel, err := filepath.Rel(repo, o); err == nil {
+			status = append(status, ":!"+filepath.ToSlash(rel))
+		}
+	}
+	if commit != "" && firstLine(run(ctx, repo, "git", status...)) != "" {
 		commit += " with uncommitted changes"
 	}
 	m.commit = commit
