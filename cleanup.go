@@ -23,11 +23,13 @@ type cleanup struct {
 
 // Bounds of the cleanup retries of one master.
 const (
-	maxPendingCleanups = 10_000      // queued; more are dropped (their keys expire with their TTL)
-	maxCleanupTries    = 32          // retries of one cleanup
-	maxCleanupDelay    = time.Second // longest wait after a failed retry, unless MasterTimeout is longer
-	cleanupBatch       = 16          // retries run at once on a master that answers
+	maxPendingCleanups = 10_000 // queued; more are dropped (their keys expire with their TTL)
+	cleanupBatch       = 16     // retries run at once on a master that answers
 )
+
+// maxCleanupDelay is the longest wait after a failed retry, unless
+// MasterTimeout is longer. A variable for tests.
+var maxCleanupDelay = time.Second
 
 // cleaner holds the cleanups that got no answer from one master. While any
 // is pending, one goroutine (runCleaner) retries them there, oldest first:
@@ -43,7 +45,6 @@ type pendingCleanup struct {
 	cleanup
 	ctx   context.Context // the caller's values, without its cancellation
 	until time.Time       // a key set before it was queued has expired by then
-	tries int
 }
 
 // cleanUp runs cu on master i once, with a fresh context bounded by
@@ -99,7 +100,7 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 	if len(cl.queue) >= maxPendingCleanups {
 		return
 	}
-	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL), 0})
+	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL)})
 	if !cl.running {
 		cl.running = true
 		c.inflight.Add(1)
@@ -113,7 +114,7 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 // have thousands waiting). After a failure it moves the failed ones to the
 // back and waits, from MasterTimeout on, doubling up to maxCleanupDelay,
 // with jitter, then tries one again. A cleanup is dropped once its key
-// would have expired or after maxCleanupTries. Once Close has started it
+// would have expired, however many tries that takes. Once Close has started it
 // stops waiting once; when Close gives up, it drops the queue and returns.
 func (c *Client) runCleaner(i int) {
 	defer c.inflight.Done()
@@ -151,9 +152,7 @@ func (c *Client) runCleaner(i int) {
 				continue
 			}
 			n = 1
-			if p.tries++; p.tries < maxCleanupTries {
-				cl.push(p)
-			}
+			cl.push(p)
 		}
 		if n > 1 {
 			delay = c.masterTimeout

@@ -129,3 +129,61 @@ func TestCloseGivesUpOnUnreachableMaster(t *testing.T) {
 	assert.True(t, held(fs[2]), "never reached")
 	// TestMain checks that no retry goroutine is left.
 }
+
+// TestCleanupIsRetriedUntilTheKeyExpires: a master loses the last release
+// many times over (it is down); the release is retried until the master
+// answers, however many tries that takes, as long as the key may exist.
+func TestCleanupIsRetriedUntilTheKeyExpires(t *testing.T) {
+	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
+	maxCleanupDelay = 10 * time.Millisecond // 100 tries in about a second
+	fs := fakes(3)
+	masters, fl := withFlaky(fs, 2)
+	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before maxCleanupDelay is restored
+	l, err := c.Acquire(context.Background(), "k", time.Hour)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return held(fs[0]) && held(fs[1]) && held(fs[2]) }, 5*time.Second, time.Millisecond,
+		"the calls after the decision go on")
+
+	fl.fails.Store(100)
+	require.NoError(t, l.Release(context.Background()), "two of three deleted it")
+	require.Eventually(t, func() bool { return !held(fs[2]) }, 10*time.Second, time.Millisecond, "release retried until it got through")
+	assert.Negative(t, fl.fails.Load(), "every lost try was retried")
+}
+
+// TestReleaseIsRetriedForTheLongestTTLSent: an Extend to a longer TTL
+// fails but reaches one master, whose key may then live that long. The last
+// release, lost there, is retried past the Lock's own TTL.
+func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
+	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
+	maxCleanupDelay = 10 * time.Millisecond
+	const ttl = 200 * time.Millisecond
+	fs := fakes(3)
+	masters, fl := withFlaky(fs, 2)
+	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before maxCleanupDelay is restored
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", ttl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return held(fs[0]) && held(fs[1]) && held(fs[2]) }, 5*time.Second, time.Millisecond,
+		"the calls after the decision go on")
+
+	setErr := func(err error) {
+		for _, f := range fs[:2] {
+			f.mu.Lock()
+			f.err = err
+			f.mu.Unlock()
+		}
+	}
+	setErr(assert.AnError)
+	require.ErrorIs(t, l.Extend(ctx, time.Hour), ErrNotHeld, "only master 2 agreed: its key may now live an hour")
+	setErr(nil)
+	fl.fails.Store(1 << 30)
+	require.NoError(t, l.Release(ctx), "masters 0 and 1 deleted it")
+	time.Sleep(2 * ttl) // past the Lock's first TTL
+	fl.fails.Store(0)
+	require.Eventually(t, func() bool { return !held(fs[2]) }, 5*time.Second, time.Millisecond,
+		"the release was still retried on master 2")
+}

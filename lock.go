@@ -49,6 +49,11 @@ type Lock struct {
 	// (bit i for master i); releases skip them (see releaseSkip).
 	unsent atomic.Uint64
 
+	// longestTTL is the longest TTL a call of this Lock asked a master to
+	// set, failed Extends included: a key may live that long, and cleanups
+	// are retried for that long. Written under mu.
+	longestTTL atomic.Int64
+
 	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
 	released atomic.Bool  // the last hold is gone
 	lost     atomic.Bool  // lostErr is set: Done is closed (or will be on first use)
@@ -195,6 +200,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	if holds == 1 && m.fenced && c.fencing {
 		args[3] = time.Now().UnixMicro() // the proposed token (see scripts.lua)
 	}
+	l.sendsTTL(l.ttl)
 	o := &op{
 		name:         "acquire",
 		key:          l.key,
@@ -207,7 +213,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		late:         l.lateAgreement(holds),
 		ttl:          l.ttl,
 		sentinel:     ErrNotObtained,
-		keyTTL:       l.ttl,
+		keyTTL:       time.Duration(l.longestTTL.Load()),
 		withdrawable: true,
 	}
 	if holds == 1 {
@@ -266,6 +272,14 @@ func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) err
 	return nil
 }
 
+// sendsTTL records that a call is about to ask the masters for ttl (see
+// longestTTL). l.mu must be held.
+func (l *Lock) sendsTTL(ttl time.Duration) {
+	if int64(ttl) > l.longestTTL.Load() {
+		l.longestTTL.Store(int64(ttl))
+	}
+}
+
 // lateAgreement returns what to do when master i agrees to the acquire
 // round for holds after the round was decided. The lock's last release
 // may already have reached that master and found nothing, so that this
@@ -320,7 +334,7 @@ func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
 	if unknown {
 		args = markArgs(args)
 	}
-	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, l.ttl)
+	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, time.Duration(l.longestTTL.Load()))
 }
 
 // releaseRound sets the owner's holds to holds on every master (0 deletes
@@ -348,7 +362,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 			o.args[len(o.args)-1] = "2"
 		}
 		o.after = l.releasedOn
-		o.retry, o.keyTTL = true, l.ttl
+		o.retry, o.keyTTL = true, time.Duration(l.longestTTL.Load())
 	}
 	_, err := l.client.do(ctx, o)
 	return err
@@ -408,7 +422,9 @@ func (l *Lock) checkHeld(op string) error {
 // It succeeds only if a quorum did so with validity left, and then moves
 // Until forward. If the lock's validity has already run out, Extend writes
 // nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
-// wrapping ErrNotHeld, and Until is unchanged.
+// wrapping ErrNotHeld; Until is then unchanged, unless ttl would end the
+// lock sooner: the calls may still reach the masters after the failure, so
+// Until moves to the earlier of the two deadlines.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
@@ -430,6 +446,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	if err := l.checkHeld(name); err != nil {
 		return err
 	}
+	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
+	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{
 		name:         name,
 		key:          l.key,
@@ -438,9 +456,14 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		args:         l.args(ttl, int64(l.holds)),
 		ttl:          ttl,
 		sentinel:     ErrNotHeld,
-		refusedAfter: l.repairOn(c.deadline(time.Now(), ttl)),
+		refusedAfter: l.repairOn(end),
 	})
 	if err != nil {
+		// Its calls go on after the decision, and may yet set a shorter
+		// TTL on a quorum.
+		if end.Before(l.Until()) {
+			_ = l.setUntil(end) // an error: lost already
+		}
 		return err
 	}
 	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {

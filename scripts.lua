@@ -126,7 +126,23 @@ local function ownerOf(holder)
   return rest:sub(tonumber(n) + 1)
 end
 
---- acquire @value @tokens
+--- @readers
+-- trimReaders drops the readers whose holds expired, from K:r and from
+-- K:rn, and returns the master's clock in milliseconds.
+local function trimReaders()
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+    for i = 1, #expired, 1000 do -- unpack's stack holds a few thousand
+      redis.call('HDEL', KEYS[4], unpack(expired, i, math.min(i + 999, #expired)))
+    end
+  end
+  return now
+end
+
+--- acquire @value @tokens @readers
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
 -- not fencing). Only the Lock that holds it (same owner and nonce) may
 -- re-enter: that keeps its token and renews the TTL. Another Lock of the
@@ -146,8 +162,7 @@ if found[1] then
 end
 if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
 if KEYS[3] then
-  local t = redis.call('TIME')
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  trimReaders()
   if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
   if redis.call('ZCARD', KEYS[3]) > 0 then
     if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[5]) end
@@ -185,7 +200,7 @@ local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
 if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 
---- repair @value @tokens
+--- repair @value @tokens @readers
 -- After an extend that a quorum decided without this master, sets the
 -- lock again here where this master lost it (it restarted empty, or the
 -- key expired): never where any lock, reader or marker of this Lock is. A
@@ -193,8 +208,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 -- timed-out acquire or another repair that lands later is refused.
 if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
 if KEYS[3] then
-  local t = redis.call('TIME')
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  trimReaders()
   if redis.call('ZCARD', KEYS[3]) > 0 then return 0 end
 end
 if not redis.call('SET', KEYS[1], valueOf(ARGV[3], ARGV[7], '0', holderOf(ARGV[6], ARGV[1])), 'NX', 'PX', ARGV[2]) then return 0 end
@@ -218,7 +232,7 @@ if ARGV[7] == '2' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'P
 if waited == '1' or KEYS[3] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
 return 1
 
---- read_acquire @value
+--- read_acquire @value @readers
 -- Granted unless another owner holds the write lock, or a writer waits and
 -- this owner does not read yet. Each reader expires on its own. The write
 -- lock's release publishes in any case.
@@ -226,9 +240,7 @@ local found = redis.call('GET', KEYS[1])
 local _, _, _, holder = parse(found)
 local writer = holder and ownerOf(holder)
 if found and writer ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local now = trimReaders()
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- Only the Lock that reads may re-enter (see acquire).
   if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
@@ -246,10 +258,8 @@ for _, k in ipairs({KEYS[3], KEYS[4]}) do
 end
 return 1
 
---- read_extend
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+--- read_extend @readers
+local now = trimReaders()
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
 if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
 redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[1])
@@ -258,9 +268,8 @@ for _, k in ipairs({KEYS[3], KEYS[4]}) do
 end
 return 1
 
---- read_release
-local t = redis.call('TIME')
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+--- read_release @readers
+trimReaders()
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then
   if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0

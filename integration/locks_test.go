@@ -212,6 +212,33 @@ func TestCrashedReaderExpires(t *testing.T) {
 	require.NoError(t, m.Unlock(ctx, writer))
 }
 
+// TestExpiredReaderLeavesNothing: a reader that never releases expires
+// while another reads. What it left (its entry in K:r and its nonce in
+// K:rn, whose TTLs the other reader raised) goes with the next call that
+// trims expired readers, so nothing is left once the other releases.
+func TestExpiredReaderLeavesNothing(t *testing.T) {
+	const short = 300 * time.Millisecond
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	_, err := c.AcquireRead(ctx, "doc", redlock.NewOwner(), short) // never released
+	require.NoError(t, err)
+	other, err := c.AcquireRead(ctx, "doc", redlock.NewOwner(), time.Minute)
+	require.NoError(t, err)
+	time.Sleep(short + 100*time.Millisecond) // the first reader's entries expire by then
+
+	require.NoError(t, other.Release(ctx))
+	require.Eventually(t, func() bool {
+		for i := range cl.Masters {
+			if n, err := cl.Admin(i).Exists(ctx, "{doc}:r").Result(); err != nil || n > 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the release reached every master")
+	assertEmpty(t, cl)
+}
+
 func TestDowngradeAndRefusedUpgrade(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)

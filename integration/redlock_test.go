@@ -277,6 +277,56 @@ func TestExtendAfterValidityFailsAndWritesNothing(t *testing.T) {
 	}
 }
 
+// TestFailedShorterExtendShortensUntil: an Extend to a shorter TTL fails
+// (a majority is paused past MasterTimeout), but its calls go on and set the
+// shorter TTL everywhere once those masters resume. The lock must not claim
+// to be held past the shorter deadline: another client gets it then.
+func TestFailedShorterExtendShortensUntil(t *testing.T) {
+	// The paused masters resume right after the decision (200ms), well
+	// within the calls' own bound (4 x MasterTimeout = 800ms).
+	const short = 2 * time.Second
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := context.Background()
+	require.NoError(t, c.LoadScripts(ctx)) // a paused master's NOSCRIPT would stop the call
+	l, err := c.Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+
+	for _, m := range cl.Masters[:3] {
+		require.NoError(t, m.Pause(ctx))
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			for _, m := range cl.Masters[:3] {
+				assert.NoError(t, m.Resume(context.Background()))
+			}
+		}
+	}
+	t.Cleanup(resume)
+	start := time.Now()
+	err = l.Extend(ctx, short)
+	resume()
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe, "two of five masters agreed")
+	require.ErrorIs(t, err, redlock.ErrNotHeld)
+	assert.False(t, l.Until().After(start.Add(short)), "Until %v is past the shorter TTL from the Extend's start",
+		l.Until().Sub(start).Round(time.Millisecond))
+
+	// Bounded: the keys expire by 2s after the resume.
+	other := newClient(t, cl, nil)
+	var l2 *redlock.Lock
+	require.Eventually(t, func() bool {
+		l2, err = other.Acquire(ctx, "job", time.Minute)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the shorter TTL reached a quorum")
+	assert.False(t, l.Held(), "held by two clients: ours until %v, the other's since %v",
+		l.Until().Sub(start).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	require.NoError(t, l2.Release(ctx))
+}
+
 // evalCalls counts the scripts run on every running master so far.
 func evalCalls(t *testing.T, cl *integration.Cluster) []int {
 	t.Helper()
