@@ -24,6 +24,7 @@ type cleanup struct {
 // Bounds of the cleanup retries of one master.
 const (
 	maxPendingCleanups = 10_000 // queued; more are dropped (their keys expire with their TTL)
+	maxErrorReplies    = 32     // error replies to one cleanup; more drop it
 	cleanupBatch       = 16     // retries run at once on a master that answers
 )
 
@@ -45,6 +46,9 @@ type pendingCleanup struct {
 	cleanup
 	ctx   context.Context // the caller's values, without its cancellation
 	until time.Time       // a key set before it was queued has expired by then
+	// errorReplies counts the error replies it got: one that will not
+	// change (WRONGTYPE, READONLY) would otherwise be retried until then.
+	errorReplies int
 }
 
 // cleanUp runs cu on master i once, with a fresh context bounded by
@@ -64,7 +68,8 @@ func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Dur
 // waiting when Close gives up. The first try sends
 // EVALSHA (and EVAL on NOSCRIPT); a retry sends EVAL, as the master may
 // have lost its script cache and answered NOSCRIPT too late for the
-// fallback. It returns nil if the script ran, whatever it replied.
+// fallback. It returns nil if the script ran and replied, and otherwise
+// the error, an error reply included (a script error, or a proxy's reply).
 func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) error {
 	if err := c.abandon.Err(); err != nil {
 		return err
@@ -100,7 +105,7 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 	if len(cl.queue) >= maxPendingCleanups {
 		return
 	}
-	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL)})
+	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL), 0})
 	if !cl.running {
 		cl.running = true
 		c.inflight.Add(1)
@@ -114,14 +119,15 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 // have thousands waiting). After a failure it moves the failed ones to the
 // back and waits, from MasterTimeout on, doubling up to maxCleanupDelay,
 // with jitter, then tries one again. A cleanup is dropped once its key
-// would have expired, however many tries that takes. Once Close has started it
+// would have expired, however many tries that takes, or after
+// maxErrorReplies error replies. Once Close has started it
 // stops waiting once; when Close gives up, it drops the queue and returns.
 func (c *Client) runCleaner(i int) {
 	defer c.inflight.Done()
 	cl := &c.cleaners[i]
 	delay, maxDelay := c.masterTimeout, max(c.masterTimeout, maxCleanupDelay)
 	closing := c.shutdown
-	failed := make([]bool, cleanupBatch)
+	errs := make([]error, cleanupBatch)
 	for n := 1; ; { // the cleanup that started it has just failed
 		if n == 1 {
 			t := time.NewTimer(delay/2 + rand.N(delay/2+1))
@@ -143,16 +149,21 @@ func (c *Client) runCleaner(i int) {
 		}
 		var wg sync.WaitGroup
 		for j := range batch {
-			wg.Go(func() { failed[j] = c.tryCleanup(batch[j].ctx, i, batch[j].cleanup, false) != nil })
+			wg.Go(func() { errs[j] = c.tryCleanup(batch[j].ctx, i, batch[j].cleanup, false) })
 		}
 		wg.Wait()
 		n = cleanupBatch
 		for j, p := range batch {
-			if !failed[j] {
+			if errs[j] == nil {
 				continue
 			}
 			n = 1
-			cl.push(p)
+			if isReply(errs[j]) {
+				p.errorReplies++
+			}
+			if p.errorReplies < maxErrorReplies {
+				cl.push(p)
+			}
 		}
 		if n > 1 {
 			delay = c.masterTimeout

@@ -16,6 +16,20 @@ import (
 type flakyMaster struct {
 	*fakeMaster
 	fails atomic.Int32 // release calls still to fail
+	reply bool         // they fail with an error reply, not a timeout
+}
+
+// errorReply is an error reply of a server, as go-redis reports one.
+type errorReply string
+
+func (e errorReply) Error() string { return string(e) }
+func (errorReply) RedisError()     {}
+
+func (f *flakyMaster) failure() *redis.Cmd {
+	if f.reply {
+		return redis.NewCmdResult(nil, errorReply("READONLY You can't write against a read only replica."))
+	}
+	return redis.NewCmdResult(nil, context.DeadlineExceeded)
 }
 
 func (f *flakyMaster) lost(name string) bool {
@@ -24,14 +38,14 @@ func (f *flakyMaster) lost(name string) bool {
 
 func (f *flakyMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	if f.lost(scriptName(sha)) {
-		return redis.NewCmdResult(nil, context.DeadlineExceeded)
+		return f.failure()
 	}
 	return f.fakeMaster.EvalSha(ctx, sha, keys, args...)
 }
 
 func (f *flakyMaster) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
 	if f.lost(scriptName(redis.NewScript(src).Hash())) {
-		return redis.NewCmdResult(nil, context.DeadlineExceeded)
+		return f.failure()
 	}
 	return f.fakeMaster.Eval(ctx, src, keys, args...)
 }
@@ -134,22 +148,12 @@ func TestCloseGivesUpOnUnreachableMaster(t *testing.T) {
 // many times over (it is down); the release is retried until the master
 // answers, however many tries that takes, as long as the key may exist.
 func TestCleanupIsRetriedUntilTheKeyExpires(t *testing.T) {
-	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
-	maxCleanupDelay = 10 * time.Millisecond // 100 tries in about a second
-	fs := fakes(3)
-	masters, fl := withFlaky(fs, 2)
-	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before maxCleanupDelay is restored
-	l, err := c.Acquire(context.Background(), "k", time.Hour)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return held(fs[0]) && held(fs[1]) && held(fs[2]) }, 5*time.Second, time.Millisecond,
-		"the calls after the decision go on")
-
-	fl.fails.Store(100)
-	require.NoError(t, l.Release(context.Background()), "two of three deleted it")
-	require.Eventually(t, func() bool { return !held(fs[2]) }, 10*time.Second, time.Millisecond, "release retried until it got through")
-	assert.Negative(t, fl.fails.Load(), "every lost try was retried")
+	_, fl := releaseLostOn(t, time.Hour, false)
+	require.Eventually(t, func() bool { return fl.fails.Load() < 1<<30-100 }, 10*time.Second, time.Millisecond,
+		"100 tries, far more than any fixed number")
+	fl.fails.Store(0)
+	require.Eventually(t, func() bool { return !held(fl.fakeMaster) }, 5*time.Second, time.Millisecond,
+		"the release got through")
 }
 
 // TestReleaseIsRetriedForTheLongestTTLSent: an Extend to a longer TTL
@@ -158,7 +162,7 @@ func TestCleanupIsRetriedUntilTheKeyExpires(t *testing.T) {
 func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
 	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
 	maxCleanupDelay = 10 * time.Millisecond
-	const ttl = 200 * time.Millisecond
+	const ttl = 500 * time.Millisecond // Extend must come within it
 	fs := fakes(3)
 	masters, fl := withFlaky(fs, 2)
 	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
@@ -186,4 +190,57 @@ func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
 	fl.fails.Store(0)
 	require.Eventually(t, func() bool { return !held(fs[2]) }, 5*time.Second, time.Millisecond,
 		"the release was still retried on master 2")
+}
+
+// releaseLostOn acquires k on three fakes for ttl, makes master 2 lose every
+// release (with error replies if reply), and releases. It returns the
+// client and master 2.
+func releaseLostOn(t *testing.T, ttl time.Duration, reply bool) (*Client, *flakyMaster) {
+	t.Helper()
+	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
+	maxCleanupDelay = 10 * time.Millisecond
+	fs := fakes(3)
+	masters, fl := withFlaky(fs, 2)
+	fl.reply = reply
+	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before maxCleanupDelay is restored
+	l, err := c.Acquire(context.Background(), "k", ttl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return held(fs[0]) && held(fs[1]) && held(fs[2]) }, 5*time.Second, time.Millisecond,
+		"the calls after the decision go on")
+	fl.fails.Store(1 << 30)
+	require.NoError(t, l.Release(context.Background()), "two of three deleted it")
+	return c, fl
+}
+
+// assertCleanerStops checks that master i's cleaner retried and then
+// stopped for good.
+func assertCleanerStops(t *testing.T, c *Client, i int, fl *flakyMaster) {
+	t.Helper()
+	cl := &c.cleaners[i]
+	require.Eventually(t, func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return !cl.running && fl.fails.Load() < 1<<30-1 // the first try and one retry at least
+	}, 5*time.Second, time.Millisecond, "the cleaner stopped")
+	left := fl.fails.Load()
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, left, fl.fails.Load(), "no try after it stopped")
+}
+
+// TestCleanupStopsOnceTheKeyHasExpired: a release lost on a master that
+// never answers is retried until the key has expired there, and no longer.
+func TestCleanupStopsOnceTheKeyHasExpired(t *testing.T) {
+	c, fl := releaseLostOn(t, 500*time.Millisecond, false)
+	assertCleanerStops(t, c, 2, fl)
+}
+
+// TestCleanupStopsAfterErrorReplies: a master that answers a release with
+// an error reply (it became a replica, say) gets maxErrorReplies tries, not
+// a retry every second for the key's hour.
+func TestCleanupStopsAfterErrorReplies(t *testing.T) {
+	c, fl := releaseLostOn(t, time.Hour, true)
+	assertCleanerStops(t, c, 2, fl)
+	assert.Equal(t, int32(1<<30-1-maxErrorReplies), fl.fails.Load(), "the first try, then maxErrorReplies retries")
 }

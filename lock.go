@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -424,7 +425,9 @@ func (l *Lock) checkHeld(op string) error {
 // nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
 // wrapping ErrNotHeld; Until is then unchanged, unless ttl would end the
 // lock sooner: the calls may still reach the masters after the failure, so
-// Until moves to the earlier of the two deadlines.
+// Until moves to the earlier of the two deadlines. (A call that timed out
+// may land even later, after another Extend: changing the TTL while a
+// master stalls can cut the lock short there.)
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
@@ -447,6 +450,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return err
 	}
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
+	sent := ctx.Err() == nil           // else the round sends nothing
 	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{
 		name:         name,
@@ -461,7 +465,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	if err != nil {
 		// Its calls go on after the decision, and may yet set a shorter
 		// TTL on a quorum.
-		if end.Before(l.Until()) {
+		if sent && end.Before(l.Until()) && !surelyUnsent(err) {
 			_ = l.setUntil(end) // an error: lost already
 		}
 		return err
@@ -471,6 +475,21 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	}
 	l.ttl = ttl
 	return nil
+}
+
+// surelyUnsent reports whether err, a failed round's, says that no call
+// was sent to any master.
+func surelyUnsent(err error) bool {
+	var qe *QuorumError
+	if !errors.As(err, &qe) {
+		return false
+	}
+	for _, m := range qe.Masters {
+		if !errors.Is(m.Err, pipeline.ErrNotSent) {
+			return false
+		}
+	}
+	return true
 }
 
 // repairOn returns what an extend whose validity ends by until runs on

@@ -312,6 +312,7 @@ func TestClosedClient(t *testing.T) {
 	require.NoError(t, c.Close())
 	_, err = c.Acquire(context.Background(), "k", time.Second)
 	assert.ErrorIs(t, err, ErrClosed)
+	assert.ErrorIs(t, c.LoadScripts(context.Background()), ErrClosed)
 }
 
 func TestFencingTokensIncreaseAcrossDivergedCounters(t *testing.T) {
@@ -450,5 +451,22 @@ func TestReleaseWithEndedContextStillReleases(t *testing.T) {
 	for _, f := range fs {
 		_, held := f.get("{k}")
 		assert.False(t, held)
+	}
+}
+
+// TestExtendThatSendsNothingKeepsUntil: an Extend to a shorter TTL whose
+// context has already ended sends nothing, so it leaves Until alone.
+func TestExtendThatSendsNothingKeepsUntil(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, &Options{MasterTimeout: 50 * time.Millisecond})
+	l, err := c.Acquire(context.Background(), "k", time.Minute)
+	require.NoError(t, err)
+	until := l.Until()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, l.Extend(ctx, time.Second), ErrNotHeld)
+	assert.Equal(t, until, l.Until())
+	for _, f := range fs {
+		assert.NotContains(t, f.callNames(), "extend")
 	}
 }

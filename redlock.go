@@ -303,11 +303,20 @@ func (c *Client) Masters() []string {
 // LoadScripts loads every script on every master, so that the first
 // operations need no EVAL fallback. It is optional: a master that lacks a
 // script (it restarted, say) gets it on first use. It blocks until every
-// master answered or ctx ends and returns the masters' errors joined.
+// master answered or ctx ends and returns the masters' errors joined, or
+// ErrClosed after Close.
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return ErrClosed
+	}
+	c.inflight.Add(1) // Close waits for it
+	c.mu.RUnlock()
+	defer c.inflight.Done()
 	var g errgroup.Group
 	errs := make([]error, len(c.nodes))
 	for i := range c.nodes {

@@ -144,14 +144,38 @@ func (k *waker) Wake() <-chan struct{} { return k.c }
 // again does nothing.
 func (k *waker) Close() {
 	if k.w != nil {
-		k.closed.Do(k.stop)
+		k.closed.Do(func() { k.stop(false) })
 	}
 }
 
-func (k *waker) stop() {
+// GiveUp is Close for a waiter that leaves without the lock: a release
+// that woke it wakes the next one-waker with its later copies, and a
+// wake-up it has not taken goes to the next one-waker at once. (After
+// Close, a release's later copies wake no other: its waiter has the lock.)
+func (k *waker) GiveUp() {
+	if k.w != nil {
+		k.closed.Do(func() { k.stop(true) })
+	}
+}
+
+func (k *waker) stop(gaveUp bool) {
 	c, w := k.client, k.w
 	w.mu.Lock()
 	w.wakers = slices.DeleteFunc(w.wakers, func(x *waker) bool { return x == k })
+	if gaveUp && !k.all {
+		var next *waker
+		select {
+		case <-k.c: // a wake-up not taken
+			next = w.nextOne()
+			w.signal(next)
+		default:
+		}
+		for i := range w.recent {
+			if w.recent[i].one == k {
+				w.recent[i].one = next // nil: the next copy chooses
+			}
+		}
+	}
 	w.mu.Unlock()
 	c.watchMu.Lock()
 	defer c.watchMu.Unlock()

@@ -105,3 +105,27 @@ func TestLateCopyWakesAWaiterThatCameAfterTheFirst(t *testing.T) {
 	w.wake("a")
 	assert.True(t, woken(late), "and the copies after it, as for any waiter a release woke")
 }
+
+// TestGiveUpPassesTheReleaseOn: a waiter that leaves without the lock
+// passes on a wake-up it did not take, and a later copy of a release that
+// woke it wakes the waiter that came next (which may have been refused on
+// the masters that copy came from).
+func TestGiveUpPassesTheReleaseOn(t *testing.T) {
+	c := newFakeClient(t, fakes(1), nil)
+	a := c.newWaker("k", false, time.Time{})
+	b := c.newWaker("k", false, time.Time{})
+	w := a.w
+	w.wake("r1")
+	assert.False(t, woken(b))
+	a.GiveUp() // with r1's wake-up pending
+	assert.True(t, woken(b), "the wake-up a did not take")
+
+	w.wake("r2")
+	assert.True(t, woken(b))
+	b.GiveUp()
+	late := c.newWaker("k", false, time.Now())
+	defer late.Close()
+	assert.False(t, woken(late), "r2 was seen before late's attempt")
+	w.wake("r2") // a later copy
+	assert.True(t, woken(late), "a later copy of a release whose waiter gave up")
+}

@@ -223,9 +223,17 @@ func TestExpiredReaderLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	_, err := c.AcquireRead(ctx, "doc", redlock.NewOwner(), short) // never released
 	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for i := range cl.Masters {
+			if n, err := cl.Admin(i).ZCard(ctx, "{doc}:r").Result(); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the first reader's calls landed everywhere")
 	other, err := c.AcquireRead(ctx, "doc", redlock.NewOwner(), time.Minute)
 	require.NoError(t, err)
-	time.Sleep(short + 100*time.Millisecond) // the first reader's entries expire by then
+	time.Sleep(short + 100*time.Millisecond) // the first reader's entries expired by then
 
 	require.NoError(t, other.Release(ctx))
 	require.Eventually(t, func() bool {

@@ -86,22 +86,25 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 	return m.acquire(ctx, false)
 }
 
-func (m *Mutex) acquire(ctx context.Context, block bool) error {
-	err := m.holds.Take(ctx, m.client, m.key, "", false, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
+func (m *Mutex) acquire(ctx context.Context, block bool) (err error) {
+	held := false
+	defer func() {
+		if !held { // failed, or a panic (an Observer's, say)
+			<-m.turn
+		}
+	}()
+	err = m.holds.Take(ctx, m.client, m.key, "", false, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
 		return m.client.Acquire(ctx, m.key, m.opts.TTL)
 	})
-	if err != nil {
-		<-m.turn
-	}
+	held = err == nil
 	return err
 }
 
 // Unlock releases the lock. It returns an error wrapping redlock.ErrNotHeld
-// if this Mutex does not hold it, or if the lock had already expired on a
-// quorum of masters (the critical section may have overlapped another
-// holder's). Either way the Mutex is unlocked afterwards. It blocks for at
-// most one quorum round, after a Lock or TryLock of this Mutex that is
-// under way in another goroutine has returned.
+// if this Mutex does not hold it (also while a Lock or TryLock of it is
+// under way), or if the lock had already expired on a quorum of masters
+// (the critical section may have overlapped another holder's). Either way
+// the Mutex is unlocked afterwards. It blocks for at most one quorum round.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(); err != nil {
 		return err
@@ -110,9 +113,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: release %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
 	}
-	err := retry.Release(ctx, l, t)
-	<-m.turn
-	return err
+	defer func() { <-m.turn }()
+	return retry.Release(ctx, l, t)
 }
 
 // Extend renews the lock for another TTL from now. It returns an error

@@ -43,7 +43,8 @@ func (r *Reentrant) Lock(ctx context.Context, owner string) error {
 }
 
 // TryLock is Lock without waiting: one attempt, an error wrapping
-// redlock.ErrNotObtained if another owner holds the lock.
+// redlock.ErrNotObtained if another owner holds the lock or another call
+// of owner's is under way.
 func (r *Reentrant) TryLock(ctx context.Context, owner string) error {
 	return r.lock(ctx, owner, false)
 }

@@ -289,3 +289,103 @@ func TestProcessesShareAContendedLock(t *testing.T) {
 	require.Greater(t, a+b, int64(20), "progress")
 	assert.GreaterOrEqual(t, 5*min(a, b), a+b, "each process gets a fifth at least")
 }
+
+// panicky is an Observer that panics at the first event of kind, and runs
+// refused (once) at the first refused acquire round.
+type panicky struct {
+	kind    redlock.EventKind
+	refused func()
+	once    sync.Once
+	fired   atomic.Bool
+}
+
+func (p *panicky) ObserveRound(_ context.Context, r redlock.Round) {
+	if r.Op == "acquire" && r.Err != nil && p.refused != nil {
+		p.once.Do(func() { go p.refused() })
+	}
+}
+
+func (p *panicky) ObserveEvent(_ context.Context, e redlock.Event) {
+	if e.Kind == p.kind && p.fired.CompareAndSwap(false, true) {
+		panic("observer")
+	}
+}
+
+// TestObserverPanicLeavesTheMutexUsable: a Lock gets the lock after a wait,
+// and the Observer panics when told of the wait. The panic reaches the
+// caller; the lock it got is released at once, and the Mutex and its
+// process's turn are free for the next Lock.
+func TestObserverPanicLeavesTheMutexUsable(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	other, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, other.Close()) })
+	ctx := context.Background()
+	l, err := other.Acquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+
+	obs := &panicky{kind: redlock.EventWaited, refused: func() { _ = l.Release(context.Background()) }}
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second, Observer: obs})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	m := newMutex(t, c, "k")
+	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.PanicsWithValue(t, "observer", func() { _ = m.Lock(lockCtx) })
+
+	// Bounded: the lock has a minute's TTL, so only a release frees it.
+	require.Eventually(t, func() bool {
+		l2, err := other.Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			require.NoError(t, l2.Release(ctx))
+		}
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond, "the lock the panicking Lock got was released")
+	got := make(chan error, 1)
+	go func() { got <- m.Lock(lockCtx) }()
+	waitLock(t, got, "Lock after the panic")
+	require.NoError(t, m.Unlock(ctx))
+}
+
+// within runs f and fails the test if it has not returned after 5s.
+func within(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() { got <- f() }()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: still blocked after 5s", what)
+		return nil
+	}
+}
+
+// TestOwnerCallsDoNotWaitForItsBlockedLock: while a Lock of an owner waits
+// for another client's lock, that owner's Unlock and TryLock return at
+// once, and another Lock of it ends with its context.
+func TestOwnerCallsDoNotWaitForItsBlockedLock(t *testing.T) {
+	c, rounds := countingClient(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	r, err := mutex.NewReentrant(c, "k", &mutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
+	owner := redlock.NewOwner()
+	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() { got <- r.Lock(lockCtx, owner) }()
+	require.Eventually(t, func() bool { return rounds.N.Load() >= 2 }, 5*time.Second, time.Millisecond,
+		"the Lock was refused and waits") // rounds: the Acquire above, then the Lock's
+
+	assert.ErrorIs(t, within(t, "Unlock", func() error { return r.Unlock(ctx, owner) }), redlock.ErrNotHeld)
+	assert.ErrorIs(t, within(t, "TryLock", func() error { return r.TryLock(ctx, owner) }), redlock.ErrNotObtained)
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	assert.ErrorIs(t, within(t, "Lock", func() error { return r.Lock(short, owner) }), context.DeadlineExceeded)
+
+	require.NoError(t, l.Release(ctx))
+	waitLock(t, got, "the first Lock")
+	require.NoError(t, r.Unlock(ctx, owner))
+}

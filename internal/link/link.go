@@ -15,8 +15,12 @@ import (
 type Waker interface {
 	// Wake receives a value when the waiter should retry.
 	Wake() <-chan struct{}
-	// Close stops the Waker; it is idempotent.
+	// Close stops the Waker of a waiter that got the lock; it is
+	// idempotent, and so is GiveUp.
 	Close()
+	// GiveUp is Close for a waiter that leaves without the lock: the
+	// releases that woke it wake the next waiter instead.
+	GiveUp()
 	// Settled reports whether every master had confirmed the watch's
 	// subscription before the caller's last attempt began, so that a
 	// release since then wakes the Waker: the caller may wait without

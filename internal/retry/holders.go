@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,21 +12,22 @@ import (
 
 // Holders keeps, per owner, the lock that owner holds through one handle.
 // Changes for one owner run one at a time (a blocked Lock holds up only
-// its own owner); reads never wait. The zero value is ready; it is safe
-// for concurrent use.
+// its own owner, and a call that waits for it still ends with its
+// context); reads never wait. The zero value is ready; it is safe for
+// concurrent use.
 type Holders struct {
 	mu sync.Mutex
 	m  map[string]*holder
 }
 
 type holder struct {
-	mu    sync.Mutex // serializes changes
+	busy  chan struct{} // holds a token while a change runs
 	lock  atomic.Pointer[redlock.Lock]
-	turn  *Turn // the turn lock was taken with (see Wait); guarded by mu
+	turn  *Turn // the turn lock was taken with (see Wait); guarded by busy
 	users int   // calls using this holder; guarded by Holders.mu
 }
 
-// forget drops the holder's lock and turn; o.mu must be held.
+// forget drops the holder's lock and turn; busy must be held.
 func (o *holder) forget() {
 	o.lock.Store(nil)
 	o.turn = nil
@@ -33,31 +35,47 @@ func (o *holder) forget() {
 
 // with runs f with the owner's holder while no other change for the same
 // owner runs. f reads and stores the holder's lock and turn; a holder left
-// without a lock is forgotten.
-func (h *Holders) with(owner string, f func(o *holder) error) error {
+// without a lock is forgotten. If another change runs, with returns
+// refuse(o)'s error at once where it is not nil (refuse may be nil), and
+// otherwise waits for that change or for ctx to end. A panic in f leaves
+// the holder usable.
+func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *holder) error) error {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = map[string]*holder{}
 	}
 	o := h.m[owner]
 	if o == nil {
-		o = &holder{}
+		o = &holder{busy: make(chan struct{}, 1)}
 		h.m[owner] = o
 	}
 	o.users++
 	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		// Another call for the owner may have stored a lock since: look again.
+		if o.users--; o.users == 0 && o.lock.Load() == nil {
+			delete(h.m, owner)
+		}
+		h.mu.Unlock()
+	}()
 
-	o.mu.Lock()
-	err := f(o)
-	o.mu.Unlock()
-
-	h.mu.Lock()
-	// Another call for the owner may have stored a lock since: look again.
-	if o.users--; o.users == 0 && o.lock.Load() == nil {
-		delete(h.m, owner)
+	select {
+	case o.busy <- struct{}{}:
+	default:
+		if refuse != nil {
+			if err := refuse(o); err != nil {
+				return err
+			}
+		}
+		select {
+		case o.busy <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: gave up waiting for another call of this owner: %w", redlock.ErrNotObtained, ctx.Err())
+		}
 	}
-	h.mu.Unlock()
-	return err
+	defer func() { <-o.busy }()
+	return f(o)
 }
 
 // Get returns the lock the owner holds here, or nil. It does not wait.
@@ -73,9 +91,18 @@ func (h *Holders) Get(owner string) *redlock.Lock {
 // Take adds a hold for owner: it re-enters the lock the owner holds here,
 // else calls try once, or through Wait when block. A new lock is renewed
 // automatically with opts.AutoRenew.
+//
+// Another call for owner under way makes it wait (block) or fail at once
+// with an error wrapping redlock.ErrNotObtained.
 func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string, wakeAll, block bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) error {
-	return h.with(owner, func(o *holder) error {
+	var refuse func(*holder) error
+	if !block {
+		refuse = func(*holder) error {
+			return fmt.Errorf("%w: acquire %q: another call of owner %q is under way", redlock.ErrNotObtained, key, owner)
+		}
+	}
+	return h.with(ctx, owner, refuse, func(o *holder) error {
 		if l := o.lock.Load(); l != nil {
 			return l.Reenter(ctx)
 		}
@@ -93,27 +120,38 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 
 // Release removes one of owner's holds; it forgets the lock after the last.
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
-// here; op and key name the call in that error.
+// here, at once even while a Lock of owner waits; op and key name the call
+// in that error. It waits for another change of owner's holds under way,
+// or for ctx to end.
 func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
-	return h.with(owner, func(o *holder) error {
-		l := o.lock.Load()
-		if l == nil {
+	notHeld := func(o *holder) error {
+		if o.lock.Load() == nil {
 			return fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
 		}
-		err := Release(ctx, l, o.turn)
-		if l.Holds() == 0 {
-			o.forget()
+		return nil
+	}
+	return h.with(ctx, owner, notHeld, func(o *holder) error {
+		if err := notHeld(o); err != nil {
+			return err
 		}
-		return err
+		l := o.lock.Load()
+		defer func() {
+			if l.Holds() == 0 {
+				o.forget()
+			}
+		}()
+		return Release(ctx, l, o.turn)
 	})
 }
 
 // Drop forgets the lock owner holds here and returns it and the turn it
-// was taken with (see Release), or nil and nil.
+// was taken with (see Release), or nil and nil: at once, without waiting,
+// while a Lock of owner is under way.
 func (h *Holders) Drop(owner string) (*redlock.Lock, *Turn) {
 	var l *redlock.Lock
 	var t *Turn
-	_ = h.with(owner, func(o *holder) error {
+	errBusy := errors.New("busy")
+	_ = h.with(context.Background(), owner, func(*holder) error { return errBusy }, func(o *holder) error {
 		l, t = o.lock.Load(), o.turn
 		o.forget()
 		return nil

@@ -93,10 +93,18 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 			return nil, nil, err
 		}
 	}
+	var l *redlock.Lock
 	kept := false
 	defer func() {
-		if !kept { // failed, or a panic (an Observer's, say): never keep the turn
-			t.give()
+		if kept {
+			return
+		}
+		// Failed, or a panic (an Observer's, say): never keep the turn,
+		// nor a lock nobody will release.
+		t.give()
+		if l != nil {
+			defer func() { _ = recover() }() // the first panic goes on
+			_ = l.Release(context.WithoutCancel(ctx))
 		}
 	}()
 	tried := time.Now()
@@ -105,10 +113,12 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		l, err = wait(ctx, c, key, wakeAll, opts, try, tried, err)
 		waited = true
 	}
+	err = ctxErr(ctx, err)
 	if waited {
 		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
+		l = nil // not ours to release
 		return nil, nil, err
 	}
 	if opts.AutoRenew {
@@ -124,12 +134,20 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
 	waker := link.NewWaker(c, key, wakeAll, tried)
-	defer waker.Close()
+	got := false
+	defer func() {
+		if got {
+			waker.Close()
+		} else {
+			waker.GiveUp()
+		}
+	}()
 	delay := opts.MinRetryDelay
 	for again := !waker.Settled(); ; again = true {
 		if again {
 			var l *redlock.Lock
 			if l, err = try(ctx); !retryable(ctx, err) {
+				got = err == nil
 				return l, err
 			}
 		}
@@ -144,6 +162,15 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		}
 		timer.Stop()
 	}
+}
+
+// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has ended:
+// the attempt may have seen it end only after its round.
+func ctxErr(ctx context.Context, err error) error {
+	if end := ctx.Err(); err != nil && end != nil && !errors.Is(err, end) {
+		return fmt.Errorf("%w; gave up waiting: %w", err, end)
+	}
+	return err
 }
 
 // retryable reports whether a failed attempt is worth another: the lock

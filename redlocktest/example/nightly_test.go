@@ -2,6 +2,7 @@ package nightly_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/redlocktest"
@@ -47,6 +48,16 @@ func TestOnlyOneInstanceRuns(t *testing.T) {
 	close(release)
 	if err := <-held; err != nil {
 		t.Fatal(err)
+	}
+	// Unlock returns once a quorum has released the lock; the other
+	// masters get the release in the background.
+	for _, m := range masters {
+		for i := 0; m.Miniredis().Exists("{nightly-report}"); i++ {
+			if i == 500 {
+				t.Fatalf("%s still holds the lock after 5s", m.Name())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 
 	// A master down is survived: three of five remain after two.
