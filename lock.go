@@ -526,6 +526,19 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 	}
 }
 
+// releaseAfterPanic releases l, whose acquire panicked before l reached
+// its caller, on every master where it may have landed. A panic of its own
+// is dropped: the first one goes on. l.mu must be held.
+func (l *Lock) releaseAfterPanic(ctx context.Context) {
+	defer func() { _ = recover() }()
+	l.released.Store(true)
+	l.until.Store(0)
+	l.sigMu.Lock()
+	l.loseLocked(ErrReleased)
+	l.sigMu.Unlock()
+	_ = l.releaseRound(context.WithoutCancel(ctx), 0)
+}
+
 // Release gives up one hold; the last one deletes the lock on every master
 // where this Lock still holds it, and wakes waiters. It runs even if ctx has
 // ended (only ctx's values are used): a release must not be lost. It returns nil if a

@@ -123,3 +123,38 @@ func TestEventKindString(t *testing.T) {
 	assert.Equal(t, "renewal_failed", EventRenewalFailed.String())
 	assert.Equal(t, "unknown", EventKind(0).String())
 }
+
+// panicOnce is an Observer that panics once, at the first successful
+// acquire round (round) or at the first EventAcquired (!round).
+type panicOnce struct {
+	round bool
+	fired sync.Once
+}
+
+func (p *panicOnce) ObserveRound(_ context.Context, r Round) {
+	if p.round && r.Op == "acquire" && r.Err == nil {
+		p.fired.Do(func() { panic("observer") })
+	}
+}
+
+func (p *panicOnce) ObserveEvent(_ context.Context, e Event) {
+	if !p.round && e.Kind == EventAcquired {
+		p.fired.Do(func() { panic("observer") })
+	}
+}
+
+// TestObserverPanicInAcquireReleasesTheLock: an Observer panics while an
+// acquire that got the lock is reported. The panic reaches the caller, who
+// never gets the Lock; the lock is released rather than left until its TTL.
+func TestObserverPanicInAcquireReleasesTheLock(t *testing.T) {
+	for _, round := range []bool{true, false} {
+		fs := fakes(3)
+		c := newFakeClient(t, fs, &Options{Observer: &panicOnce{round: round}, MasterTimeout: time.Second})
+		require.PanicsWithValue(t, "observer", func() { _, _ = c.Acquire(context.Background(), "k", time.Hour) })
+		require.Eventually(t, func() bool { return !held(fs[0]) && !held(fs[1]) && !held(fs[2]) }, 5*time.Second, time.Millisecond,
+			"released (panic in ObserveRound: %v)", round)
+		l, err := c.Acquire(context.Background(), "k", time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(context.Background()))
+	}
+}

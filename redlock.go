@@ -303,8 +303,8 @@ func (c *Client) Masters() []string {
 // LoadScripts loads every script on every master, so that the first
 // operations need no EVAL fallback. It is optional: a master that lacks a
 // script (it restarted, say) gets it on first use. It blocks until every
-// master answered or ctx ends and returns the masters' errors joined, or
-// ErrClosed after Close.
+// master answered or ctx ends, each load bounded by 4*MasterTimeout, and
+// returns the masters' errors joined, or ErrClosed after Close.
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
@@ -317,13 +317,19 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	c.inflight.Add(1) // Close waits for it
 	c.mu.RUnlock()
 	defer c.inflight.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.abandon, cancel)() // Close gave up
 	var g errgroup.Group
 	errs := make([]error, len(c.nodes))
 	for i := range c.nodes {
 		nd := &c.nodes[i]
 		g.Go(func() error {
 			for _, s := range scripts {
-				if err := s.Load(ctx, nd.client).Err(); err != nil {
+				loadCtx, cancel := context.WithTimeout(ctx, lateCallFactor*c.masterTimeout)
+				err := s.Load(loadCtx, nd.client).Err()
+				cancel()
+				if err != nil {
 					errs[i] = fmt.Errorf("%s: %w", nd.name, err)
 					return nil
 				}
@@ -343,10 +349,13 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // left in the background. Pending cleanup (undoing failed acquires,
 // deleting released locks on masters that had not answered, undos queued
 // for a slow master) is retried or sent at once; after 4*MasterTimeout
-// Close drops what is still pending and waits for what is in flight. A try in flight then ends within its own bound
-// (4*MasterTimeout; the go-redis client's timeouts if it ignores
-// contexts), so Close blocks for about 8*MasterTimeout at most; keys it
-// gave up on expire with their TTL. Nothing is left running afterwards.
+// Close drops what is still pending and waits for what is in flight. A try
+// in flight then ends within its own bound (4*MasterTimeout; the go-redis
+// client's timeouts if it ignores contexts), so Close blocks for about
+// 8*MasterTimeout at most, unless a release subscription is reconnecting
+// to a master that does not answer: go-redis then holds it for up to its
+// client's DialTimeout and ReadTimeout. Keys it gave up on expire with
+// their TTL. Nothing is left running afterwards.
 // Later operations return ErrClosed; calling Close again waits the same
 // way. Close does not close the go-redis clients.
 func (c *Client) Close() error {
@@ -495,7 +504,15 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.take(ctx, 1); err != nil {
+	returned := false
+	defer func() {
+		if !returned { // a panic (an Observer's, say): nobody would release it
+			l.releaseAfterPanic(ctx)
+		}
+	}()
+	err = l.take(ctx, 1)
+	returned = true
+	if err != nil {
 		return nil, err
 	}
 	return l, nil

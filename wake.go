@@ -149,9 +149,10 @@ func (k *waker) Close() {
 }
 
 // GiveUp is Close for a waiter that leaves without the lock: a release
-// that woke it wakes the next one-waker with its later copies, and a
-// wake-up it has not taken goes to the next one-waker at once. (After
-// Close, a release's later copies wake no other: its waiter has the lock.)
+// that woke it wakes the next one-waker with its later copies (the next
+// waiter of this process may have been refused on the masters those come
+// from). After Close, a release's later copies wake no other: its waiter
+// has the lock.
 func (k *waker) GiveUp() {
 	if k.w != nil {
 		k.closed.Do(func() { k.stop(true) })
@@ -162,17 +163,10 @@ func (k *waker) stop(gaveUp bool) {
 	c, w := k.client, k.w
 	w.mu.Lock()
 	w.wakers = slices.DeleteFunc(w.wakers, func(x *waker) bool { return x == k })
-	if gaveUp && !k.all {
-		var next *waker
-		select {
-		case <-k.c: // a wake-up not taken
-			next = w.nextOne()
-			w.signal(next)
-		default:
-		}
+	if gaveUp {
 		for i := range w.recent {
 			if w.recent[i].one == k {
-				w.recent[i].one = next // nil: the next copy chooses
+				w.recent[i].one = nil // the next copy chooses
 			}
 		}
 	}

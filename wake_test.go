@@ -107,25 +107,20 @@ func TestLateCopyWakesAWaiterThatCameAfterTheFirst(t *testing.T) {
 }
 
 // TestGiveUpPassesTheReleaseOn: a waiter that leaves without the lock
-// passes on a wake-up it did not take, and a later copy of a release that
-// woke it wakes the waiter that came next (which may have been refused on
-// the masters that copy came from).
+// hands its process's turn to the next, which may be refused on the
+// masters a release has not reached yet; the release's later copies wake
+// that waiter. (After Close, they would not: see
+// TestWatchWakesOneWaiterPerRelease.)
 func TestGiveUpPassesTheReleaseOn(t *testing.T) {
 	c := newFakeClient(t, fakes(1), nil)
-	a := c.newWaker("k", false, time.Time{})
-	b := c.newWaker("k", false, time.Time{})
-	w := a.w
-	w.wake("r1")
-	assert.False(t, woken(b))
-	a.GiveUp() // with r1's wake-up pending
-	assert.True(t, woken(b), "the wake-up a did not take")
-
-	w.wake("r2")
-	assert.True(t, woken(b))
-	b.GiveUp()
-	late := c.newWaker("k", false, time.Now())
-	defer late.Close()
-	assert.False(t, woken(late), "r2 was seen before late's attempt")
-	w.wake("r2") // a later copy
-	assert.True(t, woken(late), "a later copy of a release whose waiter gave up")
+	gone := c.newWaker("k", false, time.Time{})
+	w := gone.w
+	w.wake("r") // its first copy
+	assert.True(t, woken(gone))
+	gone.GiveUp()
+	next := c.newWaker("k", false, time.Now())
+	defer next.Close()
+	assert.False(t, woken(next), "r was seen before next's attempt")
+	w.wake("r") // a later copy
+	assert.True(t, woken(next), "a later copy of a release whose waiter gave up")
 }

@@ -69,7 +69,10 @@ func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
 // Unlock removes one of owner's holds; the last one releases the lock on
 // the masters. It returns an error wrapping redlock.ErrNotHeld if owner
 // holds nothing here (another owner's Unlock gets it too), or if a quorum
-// no longer held the lock. It blocks for at most one quorum round.
+// no longer held the lock. It blocks for one quorum round, after another
+// call of owner's that is under way (Lock's wait excepted: Unlock then
+// finds nothing held); if ctx ends first, the error matches ctx.Err() and
+// the hold is kept.
 func (r *Reentrant) Unlock(ctx context.Context, owner string) error {
 	if err := r.check(); err != nil {
 		return err

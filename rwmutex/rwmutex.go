@@ -76,7 +76,8 @@ func (m *RWMutex) RLock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.readers, owner, true, true)
 }
 
-// TryRLock is RLock without waiting.
+// TryRLock is RLock without waiting: it also fails, with an error wrapping
+// redlock.ErrNotObtained, while another call of owner's reads is under way.
 func (m *RWMutex) TryRLock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.readers, owner, true, false)
 }
@@ -89,7 +90,9 @@ func (m *RWMutex) Lock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.writers, owner, false, true)
 }
 
-// TryLock is Lock without waiting; it leaves no write-wait marker.
+// TryLock is Lock without waiting; it leaves no write-wait marker. It also
+// fails, with an error wrapping redlock.ErrNotObtained, while another call
+// of owner's writes is under way.
 func (m *RWMutex) TryLock(ctx context.Context, owner string) error {
 	return m.lock(ctx, &m.writers, owner, false, false)
 }
@@ -126,7 +129,10 @@ func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, r
 // RUnlock removes one of owner's read holds; the last one releases its
 // read lock and wakes waiting writers. It returns an error wrapping
 // redlock.ErrNotHeld if owner holds no read lock here, or if its hold had
-// already expired on a quorum.
+// already expired on a quorum. While another call of owner's reads is
+// under way it waits for it (not for an RLock's wait: it then finds no
+// hold); if ctx ends first, the error matches ctx.Err() and the hold is
+// kept.
 func (m *RWMutex) RUnlock(ctx context.Context, owner string) error {
 	if err := m.check(); err != nil {
 		return err
@@ -135,7 +141,8 @@ func (m *RWMutex) RUnlock(ctx context.Context, owner string) error {
 }
 
 // Unlock removes one of owner's write holds; the last one releases the
-// write lock (a read lock owner also holds stays: a downgrade).
+// write lock (a read lock owner also holds stays: a downgrade). It returns
+// and waits as RUnlock does.
 func (m *RWMutex) Unlock(ctx context.Context, owner string) error {
 	if err := m.check(); err != nil {
 		return err

@@ -328,12 +328,14 @@ func TestObserverPanicLeavesTheMutexUsable(t *testing.T) {
 	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second, Observer: obs})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
-	m := newMutex(t, c, "k")
+	m, err := mutex.New(c, "k", &mutex.Options{TTL: time.Minute, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	require.NoError(t, err)
 	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.PanicsWithValue(t, "observer", func() { _ = m.Lock(lockCtx) })
 
-	// Bounded: the lock has a minute's TTL, so only a release frees it.
+	// Bounded: the lock has a minute's TTL, so only a release frees it
+	// within 5s.
 	require.Eventually(t, func() bool {
 		l2, err := other.Acquire(ctx, "k", time.Minute)
 		if err == nil {

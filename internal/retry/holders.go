@@ -33,6 +33,10 @@ func (o *holder) forget() {
 	o.turn = nil
 }
 
+// errOwnerBusy is with's error when ctx ended while another change for the
+// owner ran: nothing was done.
+var errOwnerBusy = errors.New("gave up waiting for another call of this owner")
+
 // with runs f with the owner's holder while no other change for the same
 // owner runs. f reads and stores the holder's lock and turn; a holder left
 // without a lock is forgotten. If another change runs, with returns
@@ -71,7 +75,7 @@ func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *hold
 		select {
 		case o.busy <- struct{}{}:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: gave up waiting for another call of this owner: %w", redlock.ErrNotObtained, ctx.Err())
+			return fmt.Errorf("%w: %w", errOwnerBusy, ctx.Err())
 		}
 	}
 	defer func() { <-o.busy }()
@@ -102,7 +106,7 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 			return fmt.Errorf("%w: acquire %q: another call of owner %q is under way", redlock.ErrNotObtained, key, owner)
 		}
 	}
-	return h.with(ctx, owner, refuse, func(o *holder) error {
+	err := h.with(ctx, owner, refuse, func(o *holder) error {
 		if l := o.lock.Load(); l != nil {
 			return l.Reenter(ctx)
 		}
@@ -116,13 +120,18 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 		o.lock.Store(l)
 		return err
 	})
+	if errors.Is(err, errOwnerBusy) {
+		return fmt.Errorf("%w: acquire %q: %w", redlock.ErrNotObtained, key, err)
+	}
+	return err
 }
 
 // Release removes one of owner's holds; it forgets the lock after the last.
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
 // here, at once even while a Lock of owner waits; op and key name the call
-// in that error. It waits for another change of owner's holds under way,
-// or for ctx to end.
+// in its errors. It waits for another change of owner's holds under way;
+// if ctx ends first, it returns an error matching ctx.Err() and the hold
+// is kept.
 func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 	notHeld := func(o *holder) error {
 		if o.lock.Load() == nil {
@@ -130,7 +139,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		}
 		return nil
 	}
-	return h.with(ctx, owner, notHeld, func(o *holder) error {
+	err := h.with(ctx, owner, notHeld, func(o *holder) error {
 		if err := notHeld(o); err != nil {
 			return err
 		}
@@ -142,6 +151,10 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		}()
 		return Release(ctx, l, o.turn)
 	})
+	if errors.Is(err, errOwnerBusy) {
+		return fmt.Errorf("%s %q: %w", op, key, err)
+	}
+	return err
 }
 
 // Drop forgets the lock owner holds here and returns it and the turn it
