@@ -527,16 +527,25 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 }
 
 // releaseAfterPanic releases l, whose acquire panicked before l reached
-// its caller, on every master where it may have landed. A panic of its own
-// is dropped: the first one goes on. l.mu must be held.
+// its caller, on every master where it may have landed, unless the acquire
+// released it already; EventReleased balances an EventAcquired that went
+// out. A panic of its own is dropped: the first one goes on. l.mu must be
+// held.
 func (l *Lock) releaseAfterPanic(ctx context.Context) {
 	defer func() { _ = recover() }()
-	l.released.Store(true)
+	if l.released.Swap(true) {
+		return
+	}
+	acquired := l.holds > 0 // take got as far as reporting it
+	l.holds = 0
 	l.until.Store(0)
 	l.sigMu.Lock()
 	l.loseLocked(ErrReleased)
 	l.sigMu.Unlock()
-	_ = l.releaseRound(context.WithoutCancel(ctx), 0)
+	err := l.releaseRound(context.WithoutCancel(ctx), 0)
+	if acquired {
+		l.observe(ctx, EventReleased, err)
+	}
 }
 
 // Release gives up one hold; the last one deletes the lock on every master

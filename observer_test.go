@@ -158,3 +158,23 @@ func TestObserverPanicInAcquireReleasesTheLock(t *testing.T) {
 		require.NoError(t, l.Release(context.Background()))
 	}
 }
+
+// TestObserverPanicAfterEventAcquiredReportsTheRelease: the Observer saw
+// EventAcquired and then panicked; the release that follows is reported,
+// so that what it counts (held locks, say) stays balanced.
+func TestObserverPanicAfterEventAcquiredReportsTheRelease(t *testing.T) {
+	rec := &recorder{}
+	c := newFakeClient(t, fakes(3), &Options{Observer: acquiredThenPanic{rec}, MasterTimeout: time.Second})
+	require.Panics(t, func() { _, _ = c.Acquire(context.Background(), "k", time.Hour) })
+	assert.Equal(t, []EventKind{EventAcquired, EventReleased}, rec.kinds())
+}
+
+// acquiredThenPanic records every event and then panics on EventAcquired.
+type acquiredThenPanic struct{ *recorder }
+
+func (a acquiredThenPanic) ObserveEvent(ctx context.Context, e Event) {
+	a.recorder.ObserveEvent(ctx, e)
+	if e.Kind == EventAcquired {
+		panic("observer")
+	}
+}

@@ -303,8 +303,9 @@ func (c *Client) Masters() []string {
 // LoadScripts loads every script on every master, so that the first
 // operations need no EVAL fallback. It is optional: a master that lacks a
 // script (it restarted, say) gets it on first use. It blocks until every
-// master answered or ctx ends, each load bounded by 4*MasterTimeout, and
-// returns the masters' errors joined, or ErrClosed after Close.
+// master answered, ctx ended or Close gave up on what is in flight, each
+// load bounded by 4*MasterTimeout, and returns the masters' errors joined
+// (ErrClosed after Close).
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err

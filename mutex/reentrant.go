@@ -69,10 +69,10 @@ func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
 // Unlock removes one of owner's holds; the last one releases the lock on
 // the masters. It returns an error wrapping redlock.ErrNotHeld if owner
 // holds nothing here (another owner's Unlock gets it too), or if a quorum
-// no longer held the lock. It blocks for one quorum round, after another
-// call of owner's that is under way (Lock's wait excepted: Unlock then
-// finds nothing held); if ctx ends first, the error matches ctx.Err() and
-// the hold is kept.
+// no longer held the lock. It blocks for one quorum round; while owner
+// holds the lock, after another call of owner's that is under way (if ctx
+// ends first, the error matches ctx.Err() and the hold is kept), and while
+// owner holds nothing, it returns ErrNotHeld at once.
 func (r *Reentrant) Unlock(ctx context.Context, owner string) error {
 	if err := r.check(); err != nil {
 		return err

@@ -129,10 +129,10 @@ func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, r
 // RUnlock removes one of owner's read holds; the last one releases its
 // read lock and wakes waiting writers. It returns an error wrapping
 // redlock.ErrNotHeld if owner holds no read lock here, or if its hold had
-// already expired on a quorum. While another call of owner's reads is
-// under way it waits for it (not for an RLock's wait: it then finds no
-// hold); if ctx ends first, the error matches ctx.Err() and the hold is
-// kept.
+// already expired on a quorum. While owner reads, it waits for another
+// call of owner's reads that is under way (if ctx ends first, the error
+// matches ctx.Err() and the hold is kept); while owner holds no read lock,
+// it returns ErrNotHeld at once.
 func (m *RWMutex) RUnlock(ctx context.Context, owner string) error {
 	if err := m.check(); err != nil {
 		return err
