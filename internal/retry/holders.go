@@ -163,8 +163,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 func (h *Holders) Drop(owner string) (*redlock.Lock, *Turn) {
 	var l *redlock.Lock
 	var t *Turn
-	errBusy := errors.New("busy")
-	_ = h.with(context.Background(), owner, func(*holder) error { return errBusy }, func(o *holder) error {
+	_ = h.with(context.Background(), owner, func(*holder) error { return errOwnerBusy }, func(o *holder) error {
 		l, t = o.lock.Load(), o.turn
 		o.forget()
 		return nil

@@ -158,7 +158,7 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 			delay = min(2*delay, opts.MaxRetryDelay)
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("%w; gave up waiting: %w", err, ctx.Err())
+			return nil, ctxErr(ctx, err)
 		}
 		timer.Stop()
 	}
