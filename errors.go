@@ -77,19 +77,22 @@ type QuorumError struct {
 	Key     string         // the lock key, without prefix
 	Quorum  int            // how many masters had to agree
 	Agreed  int            // how many agreed, counting replies seen while undoing an acquire
-	Expired bool           // a quorum agreed, but no validity was left
+	Expired bool           // a quorum agreed, but no validity was left (a fencing acquire: decided after a quarter of the TTL)
 	Elapsed time.Duration  // from the first request to the decision
 	Masters []MasterResult // one per master, in the order given to New
 
 	sentinel error // ErrNotObtained or ErrNotHeld
 	ctxErr   error // the caller's context error, if it ended
 	upgrade  bool  // a master refused an upgrade
+	late     bool  // Expired: a fencing acquire decided after a quarter of its TTL
 }
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v: %s %q: ", e.sentinel, e.Op, e.Key)
-	if e.Expired {
+	if e.late {
+		fmt.Fprintf(&b, "%d of %d masters agreed, but only after %v, more than a quarter of the TTL: too late for a fencing token", e.Agreed, len(e.Masters), e.Elapsed)
+	} else if e.Expired {
 		fmt.Fprintf(&b, "%d of %d masters agreed, but the validity ran out after %v", e.Agreed, len(e.Masters), e.Elapsed)
 	} else {
 		fmt.Fprintf(&b, "%d of %d masters agreed, %d needed", e.Agreed, len(e.Masters), e.Quorum)

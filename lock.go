@@ -219,6 +219,9 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}
 	if holds == 1 {
 		o.unsent = &l.unsent
+		if m.fenced && c.fencing {
+			o.grantWithin = l.ttl / 4
+		}
 	}
 	res, err := c.do(ctx, o)
 	if err != nil {
@@ -359,6 +362,9 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 		// before that acquire, or another repair, lands: then it leaves
 		// the marker wherever it deletes too.
 		o.args = markArgs(o.args)
+		if l.token > 0 && o.args[3] != "0" {
+			o.args[3] = strconv.FormatUint(l.token, 10) // the counter it leaves
+		}
 		if l.repaired.Load() {
 			o.args[len(o.args)-1] = "2"
 		}
@@ -508,7 +514,7 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 		return nil
 	}
 	// Formatted only when a master needs repair: extends run often.
-	holds, token, fenceTTL := int64(l.holds), max(l.token, 1), l.ttl.Milliseconds() // the counter's TTL, as the acquire set it
+	holds, token := int64(l.holds), max(l.token, 1)
 	return func(ctx context.Context, i int) {
 		// The earlier of the old deadline and the new one, which the
 		// round may not have set yet.
@@ -521,7 +527,7 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 		if ttl <= 0 || l.released.Load() || l.lost.Load() {
 			return
 		}
-		args := append(l.args(ttl, holds), strconv.FormatUint(token, 10), fenceTTL)
+		args := append(l.args(ttl, holds), strconv.FormatUint(token, 10))
 		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, mayShed, evalHooks{})
 	}
 }

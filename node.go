@@ -33,7 +33,7 @@ type mode struct {
 	acquire, extend, release *redis.Script
 	repair                   *redis.Script // nil: extends repair nothing (read locks)
 	fenced                   bool          // acquisitions hand out fencing tokens
-	rw                       bool          // a read-write lock: five keys
+	rw                       bool          // a read-write lock: four keys
 }
 
 var (
@@ -48,9 +48,9 @@ var (
 func (m *mode) keys(prefix, key string) []string {
 	k := lockKey(prefix + key)
 	if !m.rw {
-		return []string{k, k + ":fence"}
+		return []string{k}
 	}
-	return []string{k, k + ":fence", k + ":r", k + ":rn", k + ":ww"}
+	return []string{k, k + ":r", k + ":rn", k + ":ww"}
 }
 
 // lockKey returns the main key of the lock named name (prefix and key),

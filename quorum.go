@@ -41,7 +41,11 @@ type op struct {
 	// Lock.repairOn).
 	refusedAfter func(ctx context.Context, i int)
 	ttl          time.Duration // > 0: the round also needs validity left
-	sentinel     error         // what a failed round wraps
+	// grantWithin, if > 0, is the latest a fencing acquire may be decided:
+	// a quarter of its TTL, for its token to be larger than those of every
+	// earlier lock (see "Fencing tokens" in README.md).
+	grantWithin time.Duration
+	sentinel    error // what a failed round wraps
 	// retry makes script a cleanup (the last release): a master that gave
 	// no answer gets it again in the background (see Client.retryLater).
 	retry bool
@@ -232,7 +236,8 @@ wait:
 	elapsed := time.Since(res.start)
 
 	ok := agreed >= c.quorum
-	expired := ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
+	late := ok && o.grantWithin > 0 && elapsed > o.grantWithin
+	expired := late || ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
 	if o.withdrawable {
 		c.withdraw(r, elapsed)
 	}
@@ -262,6 +267,7 @@ wait:
 		r.awaitUndo(grace)
 	}
 	qe := c.quorumError(ctx, r, expired, timedOut, elapsed)
+	qe.late = late
 	if c.observer != nil {
 		c.observeRound(ctx, r, res, elapsed, qe, timedOut)
 	}

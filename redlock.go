@@ -71,22 +71,22 @@ type Options struct {
 	DriftFactor float64
 
 	// KeyPrefix is prepended to every lock name; any string works, braces
-	// included. The keys of the lock named n (KeyPrefix+key) are "{n}" and
-	// "{n}:fence" (and ":r", ":rn", ":ww" for read-write locks): they share
+	// included. The keys of the lock named n (KeyPrefix+key) are "{n}"
+	// (and "{n}:r", ":rn", ":ww" for read-write locks): they share
 	// the Redis Cluster hash tag n. A name that starts with '}' would make
 	// that tag empty, so its keys are "}{t}n}" and so on, where t is n with
 	// each '}' replaced by ')'.
 	// Default: "" (keys are used as given).
 	KeyPrefix string
 
-	// NoFencing turns fencing tokens off: Lock.Token returns 0, and no
-	// counter key is kept. With fencing (the default) every exclusive or
-	// write acquisition sets a counter key {key}:fence on the masters, one
-	// per lock name, that expires two TTLs later. Tokens are microseconds
-	// of the masters' clocks, or larger (a hybrid logical clock: see
-	// "Fencing tokens" in README.md for what they guarantee); they are
-	// exact up to the largest int64, beyond which a master refuses the
-	// acquire.
+	// NoFencing turns fencing tokens off: Lock.Token returns 0, and a
+	// released lock leaves nothing on the masters. With fencing (the
+	// default) the last release leaves the lock's key holding its counter
+	// for the rest of the key's TTL, and an acquisition fails unless it is
+	// decided within a quarter of its TTL. Tokens are microseconds of the
+	// masters' clocks, or larger (a hybrid logical clock: see "Fencing
+	// tokens" in README.md for what they guarantee); they are exact up to
+	// the largest int64, beyond which a master refuses the acquire.
 	NoFencing bool
 
 	// NoRepair turns quorum repair off. With repair (the default) each

@@ -83,7 +83,7 @@ func TestNewValueOption(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "fixed", l.Value())
 	assert.Equal(t, "k", l.Key())
-	assert.Equal(t, []string{"{app:k}", "{app:k}:fence"}, l.keys.Names)
+	assert.Equal(t, []string{"{app:k}"}, l.keys.Names)
 
 	boom := errors.New("no entropy")
 	c = newFakeClient(t, fakes(1), &Options{NewValue: func() (string, error) { return "", boom }})

@@ -6,18 +6,17 @@
 -- in node.go):
 --   KEYS[1] K          the holder of the exclusive, reentrant or write lock (see
 --                      "Lock values" below)
---   KEYS[2] K:fence    fencing counter; expires two TTLs after it was last set
---   KEYS[3] K:r        read-write locks only: zset reader -> expiry (ms)
---   KEYS[4] K:rn       read-write locks only: hash reader -> nonce
---   KEYS[5] K:ww       read-write locks only: write-wait marker (a writer)
+--   KEYS[2] K:r        read-write locks only: zset reader -> expiry (ms)
+--   KEYS[3] K:rn       read-write locks only: hash reader -> nonce
+--   KEYS[4] K:ww       read-write locks only: write-wait marker (a writer)
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
---   ARGV[4] acquire only: "0" for no fencing token, else the proposed token
---   (the client's clock in microseconds), ARGV[5] write-wait TTL (ms),
+--   ARGV[4] "0" for no fencing token, else "1", except: a new acquire's
+--   proposed token (the client's clock in microseconds), and a last
+--   release's Lock token where it has one; ARGV[5] write-wait TTL (ms),
 --   0 for a writer that will not wait, ARGV[6] nonce of the Lock,
 --   ARGV[7] releases only: "1" to leave a marker if nothing is found, "2"
---   to leave it in any case (see below); repair only: the Lock's token, and
---   ARGV[8] the TTL (ms) its fencing counter is kept for.
+--   to leave it in any case (see below); repair only: the Lock's token.
 -- A section named "--- name @lib..." starts with the sections "@lib"
 -- (helpers).
 -- The nonce is random per Lock value in Go: an owner may take a lock again
@@ -42,13 +41,12 @@
 -- publishes nothing.
 -- Fencing tokens are a hybrid logical clock per lock name: a master hands
 -- out the larger of its counter + 1 and the client's proposal (its clock in
--- microseconds) held within a quarter TTL of the master's own clock, and
--- keeps the counter for two TTLs (see "Fencing tokens" in README.md for why
--- later tokens are larger even across restarts). Counters are int64 kept
--- as decimal text: a Lua number is a double, exact only up to 2^53, so a
--- token never passes through one beyond that (INCR's own reply is one: from
--- 2^53 on, the counter is read back with GET), and tokens are returned as
--- bulk strings.
+-- microseconds) held within TTL/16 of the master's own clock. The counter is
+-- the token in K's value, held or free, and lives as long as K (see
+-- "Fencing tokens" in README.md for why later tokens are larger even across
+-- restarts and expiries). Counters are int64 kept as decimal text: a Lua
+-- number is a double, exact only up to 2^53, so a counter never passes
+-- through one, and tokens are returned as bulk strings.
 
 --- @tokens
 -- less reports a < b for counters as decimal text (no sign, no leading
@@ -62,42 +60,38 @@ local function less(a, b)
   return false
 end
 
--- nextToken hands out this master's next token for counter key fence,
--- given the client's proposal and the TTL (ms). It returns nil and an
--- error, leaving the counter's value as it was (it now expires), when the
--- counter is not an integer or is the largest int64.
-local function nextToken(fence, proposal, ttl)
-  local t = redis.call('TIME')
-  local now, slack = t[1] * 1000000 + t[2], ttl * 250
-  local token = string.format('%.0f', math.min(math.max(tonumber(proposal), now - slack), now + slack))
-  local old = redis.pcall('SET', fence, token, 'PX', 2 * ttl, 'GET')
-  if type(old) == 'table' and old.err then return nil, old.err end
-  if not old or (old:find('^%d+$') and less(old, token)) then return token end
-  -- The counter is at or past the proposal: count on from it.
-  redis.call('SET', fence, old, 'PX', 2 * ttl)
-  local n = redis.pcall('INCR', fence)
-  if type(n) == 'table' and n.err then return nil, n.err end
-  if n < 9007199254740992 then return string.format('%.0f', n) end
-  return redis.call('GET', fence)
-end
+local maxCounter = '9223372036854775807'
 
--- raiseFence sets counter key fence to token where that is larger, and
--- keeps it two TTLs (ms) from now.
-local function raiseFence(fence, token, ttl)
-  local cur = redis.call('GET', fence)
-  if cur and not less(cur, token) then token = cur end
-  redis.call('SET', fence, token, 'PX', 2 * ttl)
+-- nextToken hands out this master's next token, given the lock's counter
+-- here (nil for none), the client's proposal and the TTL (ms): the larger
+-- of counter + 1 and the proposal held within TTL/16 of the master's
+-- clock. It returns nil and why where the counter cannot be incremented.
+local function nextToken(counter, proposal, ttl)
+  local t = redis.call('TIME')
+  local now, slack = t[1] * 1000000 + t[2], math.floor(ttl * 62.5)
+  local token = string.format('%.0f', math.min(math.max(tonumber(proposal), now - slack), now + slack))
+  if not counter or less(counter, token) then return token end
+  if counter:find('^0.') or less(maxCounter, counter) then return nil, 'not an int64' end
+  if counter == maxCounter then return nil, 'int64 overflow' end
+  -- counter + 1, digit by digit.
+  local i = #counter
+  while i > 0 and counter:byte(i) == 57 do i = i - 1 end -- '9'
+  if i == 0 then return '1' .. string.rep('0', #counter) end
+  return counter:sub(1, i - 1) .. string.char(counter:byte(i) + 1) .. string.rep('0', #counter - i)
 end
 
 --- @value
--- Lock values. K holds the string "holds:token:waited:holder": holds and
--- token in decimal, waited "1" once an acquire was refused while this
--- holder held the lock (its last release publishes), and holder the
+-- Lock values. A held lock's K holds the string "holds:token:waited:holder":
+-- holds and token in decimal, waited "1" once an acquire was refused while
+-- this holder held the lock (its last release publishes), and holder the
 -- nonce's length, ':', the nonce and the owner, so that every nonce and
--- owner has its own. One string keeps an uncontended lock and unlock at
--- two commands each, and it is refused as a whole: a key of another type
--- under K (left by an older release of redlock) makes every script fail
--- or refuse rather than take it over.
+-- owner has its own. The last release leaves "f:counter", a free lock that
+-- keeps the fencing counter (the token) for the rest of the key's TTL;
+-- without fencing, where there is no counter (token "0"), it deletes K.
+-- One string keeps an uncontended fenced lock and unlock at three commands
+-- and one, and it is refused as a whole: a key of another type, or a string
+-- of another form, under K makes every script fail or refuse rather than
+-- take it over.
 
 -- holderOf returns the holder part of a value for nonce and owner.
 local function holderOf(nonce, owner)
@@ -110,14 +104,19 @@ local function valueOf(holds, token, waited, holder)
   return holds .. ':' .. token .. ':' .. waited .. ':' .. holder
 end
 
--- parse splits a lock value into holds, token, waited and holder; all are
--- nil for no value (false) or one not in this form.
+-- parse splits a held lock's value into holds, token, waited and holder;
+-- all are nil for no value (false), a free lock or a value of another form.
 local function parse(v)
   if not v then return nil end
   local holds, token, waited, holder = v:match('^(%d+):(%d+):([01]):(.*)$')
   local n, rest = (holder or ''):match('^(%d+):(.*)$')
   if not n or tonumber(n) > #rest then return nil end
   return holds, token, waited, holder
+end
+
+-- counterOf returns the counter of a free lock's value, nil for any other.
+local function counterOf(v)
+  return v and v:match('^f:(%d+)$')
 end
 
 -- ownerOf returns the owner part of a holder that parse returned.
@@ -132,11 +131,11 @@ end
 local function trimReaders()
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
   if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
     for i = 1, #expired, 1000 do -- unpack's stack holds a few thousand
-      redis.call('HDEL', KEYS[4], unpack(expired, i, math.min(i + 999, #expired)))
+      redis.call('HDEL', KEYS[3], unpack(expired, i, math.min(i + 999, #expired)))
     end
   end
   return now
@@ -151,46 +150,51 @@ end
 -- newer Lock's hold. A refusal marks the holder's value as waited for.
 local me = holderOf(ARGV[6], ARGV[1])
 local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
-if found[1] then
-  local holds, token, waited, holder = parse(found[1])
+local holds, token, waited, holder = parse(found[1])
+if holder then
   if holder ~= me then
     if waited == '0' then redis.call('SET', KEYS[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
     return 0
   end
   redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', ARGV[2])
+  if ARGV[4] == '0' then return 1 end
   return token
 end
+local counter = counterOf(found[1])
+if found[1] and not counter then return 0 end
 if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
-if KEYS[3] then
+if KEYS[2] then
   trimReaders()
-  if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return -1 end
-  if redis.call('ZCARD', KEYS[3]) > 0 then
-    if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[5]) end
+  if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
+  if redis.call('ZCARD', KEYS[2]) > 0 then
+    if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
     return 0
   end
 end
-local token = '1'
+token = counter or '0' -- without fencing, a counter is kept as it is
 if ARGV[4] ~= '0' then
   -- Fails before the lock is written.
   local err
-  token, err = nextToken(KEYS[2], ARGV[4], tonumber(ARGV[2]))
+  token, err = nextToken(counter, ARGV[4], tonumber(ARGV[2]))
   if not token then
-    return redis.error_reply('fencing counter ' .. KEYS[2] .. ' = ' ..
-      tostring(redis.call('GET', KEYS[2])) .. ' cannot be incremented: ' .. err)
+    return redis.error_reply('fencing counter ' .. counter .. ' of ' .. KEYS[1] .. ' cannot be incremented: ' .. err)
   end
 end
--- NX: a key of another type is not taken over.
-if not redis.call('SET', KEYS[1], valueOf(ARGV[3], token, '0', me), 'NX', 'PX', ARGV[2]) then return 0 end
-if KEYS[5] and redis.call('GET', KEYS[5]) == ARGV[1] then redis.call('DEL', KEYS[5]) end
+if counter then
+  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, '0', me), 'PX', ARGV[2])
+elseif not redis.call('SET', KEYS[1], valueOf(ARGV[3], token, '0', me), 'NX', 'PX', ARGV[2]) then
+  return 0 -- a key of another type
+end
+if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[1] then redis.call('DEL', KEYS[4]) end
+if ARGV[4] == '0' then return 1 end
 return token
 
 --- fence @value @tokens
--- Raises the fencing counter to the token ARGV[3] where this Lock still
--- holds the lock, so that every later token is larger.
-local holds, _, waited, holder = parse(redis.call('GET', KEYS[1]))
+-- Raises the counter to the token ARGV[3] where this Lock still holds the
+-- lock, so that every later token is larger.
+local holds, token, waited, holder = parse(redis.call('GET', KEYS[1]))
 if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
-raiseFence(KEYS[2], ARGV[3], tonumber(ARGV[2]))
-redis.call('SET', KEYS[1], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL')
+if less(token, ARGV[3]) then redis.call('SET', KEYS[1], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL') end
 return 1
 
 --- extend @value
@@ -203,33 +207,70 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 --- repair @value @tokens @readers
 -- After an extend that a quorum decided without this master, sets the
 -- lock again here where this master lost it (it restarted empty, or the
--- key expired): never where any lock, reader or marker of this Lock is. A
+-- key expired) with the Lock's token ARGV[7]: never where any lock, reader
+-- or marker of this Lock is. A
 -- later release deletes it, and leaves a marker there (ARGV[7] "2"): a
 -- timed-out acquire or another repair that lands later is refused.
-if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
-if KEYS[3] then
+local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
+local counter = counterOf(found[1])
+if found[2] or (found[1] and not counter) then return 0 end
+local token = ARGV[7] -- the counter, where it passed the token, is kept
+if ARGV[4] == '0' or counter and less(token, counter) then token = counter or '0' end
+if KEYS[2] then
   trimReaders()
-  if redis.call('ZCARD', KEYS[3]) > 0 then return 0 end
+  if redis.call('ZCARD', KEYS[2]) > 0 then return 0 end
 end
-if not redis.call('SET', KEYS[1], valueOf(ARGV[3], ARGV[7], '0', holderOf(ARGV[6], ARGV[1])), 'NX', 'PX', ARGV[2]) then return 0 end
-if ARGV[4] ~= '0' then raiseFence(KEYS[2], ARGV[7], tonumber(ARGV[8])) end
-return 1
-
---- release @value
--- Drops holds to ARGV[3] where this Lock holds the lock; at 0 deletes it,
--- and publishes where an acquire waited for it.
-local holds, token, waited, holder = parse(redis.call('GET', KEYS[1]))
-if holder ~= holderOf(ARGV[6], ARGV[1]) then
-  if ARGV[7] then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+local value = valueOf(ARGV[3], token, '0', holderOf(ARGV[6], ARGV[1]))
+if counter then
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+elseif not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return 0
 end
+return 1
+
+--- release @value @tokens
+-- Drops holds to ARGV[3] where this Lock holds the lock; at 0 leaves a free
+-- lock with the larger of its token and ARGV[4] (the Lock's token, when it
+-- has one) as counter, and publishes where an acquire waited for it.
+local me = holderOf(ARGV[6], ARGV[1])
+local function mark()
+  if ARGV[7] then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+end
 if tonumber(ARGV[3]) > 0 then
+  local _, token, waited, holder = parse(redis.call('GET', KEYS[1]))
+  if holder ~= me then
+    mark()
+    return 0
+  end
   redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, holder), 'KEEPTTL')
   return 1
 end
-redis.call('DEL', KEYS[1])
-if ARGV[7] == '2' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
-if waited == '1' or KEYS[3] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
+-- Free first, in one command where the lock is ours; what was there
+-- otherwise is put back, TTL and all.
+local free = 'f:' .. ARGV[4]
+local old = redis.pcall('SET', KEYS[1], free, 'KEEPTTL', 'GET')
+if type(old) == 'table' then -- a key of another type, left as it was
+  mark()
+  return 0
+end
+local _, token, waited, holder = parse(old)
+if holder ~= me then
+  local counter = counterOf(old)
+  if not old then
+    redis.call('DEL', KEYS[1])
+  elseif not counter or less(ARGV[4], counter) then
+    redis.call('SET', KEYS[1], old, 'KEEPTTL')
+  end
+  mark()
+  return 0
+end
+if token == '0' then
+  redis.call('DEL', KEYS[1])
+elseif less(ARGV[4], token) then
+  redis.call('SET', KEYS[1], 'f:' .. token, 'KEEPTTL')
+end
+if ARGV[7] == '2' then mark() end
+if waited == '1' or KEYS[2] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
 return 1
 
 --- read_acquire @value @readers
@@ -239,43 +280,43 @@ return 1
 local found = redis.call('GET', KEYS[1])
 local _, _, _, holder = parse(found)
 local writer = holder and ownerOf(holder)
-if found and writer ~= ARGV[1] then return 0 end
+if found and not counterOf(found) and writer ~= ARGV[1] then return 0 end
 local now = trimReaders()
-if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   -- Only the Lock that reads may re-enter (see acquire).
-  if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
+  if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
 else
   if tonumber(ARGV[3]) > 1 or redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
   if not writer then
-    local waiting = redis.call('GET', KEYS[5])
+    local waiting = redis.call('GET', KEYS[4])
     if waiting and waiting ~= ARGV[1] then return 0 end
   end
 end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
-for _, k in ipairs({KEYS[3], KEYS[4]}) do
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
+for _, k in ipairs({KEYS[2], KEYS[3]}) do
   if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
 end
 return 1
 
 --- read_extend @readers
 local now = trimReaders()
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then return 0 end
-redis.call('ZADD', KEYS[3], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-for _, k in ipairs({KEYS[3], KEYS[4]}) do
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
+redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+for _, k in ipairs({KEYS[2], KEYS[3]}) do
   if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
 end
 return 1
 
 --- read_release @readers
 trimReaders()
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) or redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) or redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then
   if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0
 end
 if tonumber(ARGV[3]) > 0 then return 1 end
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1

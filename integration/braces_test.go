@@ -5,6 +5,7 @@ package integration_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestBraceKeysWorkOnClusterMasters(t *testing.T) {
 			// raise round.
 			fence, ahead := fenceKey(t, cl, 0), time.Now().Add(time.Hour).UnixMicro()
 			for i := range 3 {
-				require.NoError(t, cl.Admin(i).Set(ctx, fence, ahead+int64(i), time.Minute).Err())
+				require.NoError(t, cl.Admin(i).Set(ctx, fence, "f:"+strconv.FormatInt(ahead+int64(i), 10), time.Minute).Err())
 			}
 			l, err = c.AcquireAs(ctx, key, "owner", ttl)
 			require.NoError(t, err, "acquire with differing counters")
@@ -126,11 +127,19 @@ func TestBraceKeysWorkOnClusterMasters(t *testing.T) {
 	}
 }
 
-// fenceKey returns the one fencing counter key on master i.
+// fenceKey returns the one key on master i that holds a released lock's
+// fencing counter.
 func fenceKey(t *testing.T, cl *integration.Cluster, i int) string {
 	t.Helper()
-	keys, err := cl.Admin(i).Keys(context.Background(), "*:fence").Result()
+	ctx := context.Background()
+	keys, err := cl.Admin(i).Keys(ctx, "*").Result()
 	require.NoError(t, err)
-	require.Len(t, keys, 1)
-	return keys[0]
+	var free []string
+	for _, k := range keys {
+		if v, _ := cl.Admin(i).Get(ctx, k).Result(); isFree(v) {
+			free = append(free, k)
+		}
+	}
+	require.Len(t, free, 1, "of %q", keys)
+	return free[0]
 }

@@ -79,7 +79,7 @@ func TestLockThroughRueidis(t *testing.T) {
 	// still add one or two.)
 	const big = 1<<60 + 1
 	for i := range cl.Masters {
-		require.NoError(t, cl.Admin(i).Set(ctx, "{job}:fence", strconv.FormatUint(big, 10), 0).Err())
+		require.NoError(t, cl.Admin(i).Set(ctx, "{job}", "f:"+strconv.FormatUint(big, 10), time.Minute).Err())
 	}
 	l, err = c.Acquire(ctx, "job", 10*time.Second)
 	require.NoError(t, err)

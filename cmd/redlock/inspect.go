@@ -94,10 +94,9 @@ func inspect(ctx context.Context, clients []*redis.Client, addrs []string, prefi
 
 // readMaster reads every key of a lock on one master in one pipeline.
 func readMaster(ctx context.Context, c *redis.Client, keys []string) (MasterView, error) {
-	main, fence, readers, readerNonces, ww := keys[0], keys[1], keys[2], keys[3], keys[4]
+	main, readers, readerNonces, ww := keys[0], keys[1], keys[2], keys[3]
 	p := c.Pipeline()
 	lock, lockTTL := p.Get(ctx, main), p.PTTL(ctx, main)
-	fenceVal, fenceTTL := p.Get(ctx, fence), p.PTTL(ctx, fence)
 	expiries, nonces := p.ZRangeWithScores(ctx, readers, 0, -1), p.HGetAll(ctx, readerNonces)
 	wait, waitTTL := p.Get(ctx, ww), p.PTTL(ctx, ww)
 	now := p.Time(ctx)
@@ -107,19 +106,23 @@ func readMaster(ctx context.Context, c *redis.Client, keys []string) (MasterView
 		}
 		return MasterView{}, err
 	}
-	m := MasterView{Fence: fenceVal.Val(), WriteWait: wait.Val()}
+	m := MasterView{WriteWait: wait.Val()}
 	if v := lock.Val(); v != "" {
 		h, ok := link.ParseHolder(v)
-		if !ok {
+		switch {
+		case ok:
+			m.Owner, m.Nonce, m.Token, m.Holds, m.TTLms = h.Owner, h.Nonce, h.Token, h.Holds, ms(lockTTL.Val())
+			if h.Token != "0" { // the token is the counter while the lock is held
+				m.Fence = h.Token
+			}
+		case strings.HasPrefix(v, "f:"): // released: the counter stays for the key's TTL
+			m.Fence = v[2:]
+		default:
 			return MasterView{}, fmt.Errorf("%s is not a redlock lock: %q", main, v)
 		}
-		m.Owner, m.Nonce, m.Token, m.Holds = h.Owner, h.Nonce, h.Token, h.Holds
-	}
-	if m.Owner != "" {
-		m.TTLms = ms(lockTTL.Val())
 	}
 	if m.Fence != "" {
-		m.FenceTTLms = ms(fenceTTL.Val())
+		m.FenceTTLms = ms(lockTTL.Val())
 	}
 	if m.WriteWait != "" {
 		m.WriteWaitTTLms = ms(waitTTL.Val())

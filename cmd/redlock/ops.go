@@ -192,15 +192,33 @@ func (c *opsCmd) watch(ctx context.Context) error {
 // ReleaseResult is what release did on one master.
 type ReleaseResult struct {
 	Master  string `json:"master"`
-	Deleted int64  `json:"deleted"` // keys deleted: the lock, readers, write-wait marker
+	Deleted int64  `json:"deleted"` // keys freed: the lock, readers, write-wait marker
 	Error   string `json:"error,omitempty"`
 }
 
-// release deletes every key of the lock but its fencing counter on every
-// master, then publishes a release so that waiters retry at once.
+// forceRelease frees the lock on one master: it deletes the readers and the
+// write-wait marker, and replaces a holder's value with the free value that
+// keeps its fencing counter (see scripts.lua), then publishes a release so
+// that waiters retry at once. It replies the number of keys it freed.
+var forceRelease = redis.NewScript(`
+local n = redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' or not v:find('^f:') then
+  local token = type(v) == 'string' and v:match('^%d+:(%d+):')
+  if token and token ~= '0' then
+    redis.call('SET', KEYS[1], 'f:' .. token, 'KEEPTTL')
+    n = n + 1
+  else
+    n = n + redis.call('DEL', KEYS[1])
+  end
+end
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return n
+`)
+
+// release frees the lock on every master, keeping its fencing counter.
 func (c *opsCmd) release(ctx context.Context) error {
 	keys := link.LockKeys(c.prefix, c.key, true)
-	del := []string{keys[0], keys[2], keys[3], keys[4]}
 	nonce := "force-" + rand.Text()
 	res := make([]ReleaseResult, len(c.clients))
 	var g errgroup.Group
@@ -209,13 +227,11 @@ func (c *opsCmd) release(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, c.timeout)
 			defer cancel()
 			res[i].Master = c.masters[i]
-			p := cl.Pipeline()
-			n := p.Del(ctx, del...)
-			p.Publish(ctx, keys[0], nonce)
-			if _, err := p.Exec(ctx); err != nil {
+			n, err := forceRelease.Run(ctx, cl, keys, nonce).Int64()
+			if err != nil {
 				res[i].Error = err.Error()
 			}
-			res[i].Deleted = n.Val()
+			res[i].Deleted = n
 			return nil
 		})
 	}

@@ -1,0 +1,112 @@
+package integration_test
+
+// A released lock leaves its fencing counter in its key (see scripts.lua):
+// the release frees it in one command where the lock is ours, and puts back
+// whatever else it finds, TTL and all.
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/link"
+)
+
+// TestReleasePutsBackWhatIsNotOurs: on each master the last release finds
+// something else where its lock was: another holder, a free lock whose
+// counter is larger or smaller than its token, or nothing. It leaves the
+// first two as they were, TTL included, raises the smaller counter to its
+// token, creates nothing where nothing was, and frees its own lock.
+func TestReleasePutsBackWhatIsNotOurs(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+	token := l.Token()
+	other := link.FormatHolder(link.Holder{Owner: "other", Nonce: "other-nonce", Holds: 1, Token: strconv.FormatUint(token+7, 10)})
+	larger, smaller := "f:"+strconv.FormatUint(token+100, 10), "f:"+strconv.FormatUint(token-100, 10)
+	ttls := []time.Duration{30 * time.Second, 20 * time.Second, 10 * time.Second}
+	for i, v := range []string{other, larger, smaller} {
+		require.NoError(t, cl.Admin(i).Set(ctx, "{job}", v, ttls[i]).Err())
+	}
+	require.NoError(t, cl.Admin(3).Del(ctx, "{job}").Err())
+
+	err = l.Release(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotHeld, "ours on one master only")
+	ours := "f:" + strconv.FormatUint(token, 10)
+	for i, want := range []string{other, larger, ours, "", ours} {
+		v, err := cl.Admin(i).Get(ctx, "{job}").Result()
+		if want == "" {
+			assert.ErrorIs(t, err, redis.Nil, "master %d: %q", i, v)
+			continue
+		}
+		require.NoError(t, err, "master %d", i)
+		assert.Equal(t, want, v, "master %d", i)
+		pttl, err := cl.Admin(i).PTTL(ctx, "{job}").Result()
+		require.NoError(t, err)
+		limit := time.Minute // master 4: the lock's own TTL
+		if i < len(ttls) {
+			limit = ttls[i]
+		}
+		// Kept, not set anew: at most what it was, and not far below on a
+		// busy machine.
+		assert.True(t, pttl <= limit && pttl > limit-10*time.Second, "master %d: PTTL %v, was %v", i, pttl, limit)
+	}
+}
+
+// TestFencingAcquireDecidedAfterHalfTheTTLFails: a fencing token is larger
+// than every earlier one only if its round was decided within a quarter of
+// the TTL (see "Fencing tokens" in README.md). Every master answers after
+// 800ms here, with a 2s TTL: validity is left, so an acquire without
+// fencing succeeds, but a fencing acquire fails, undone, and says why.
+func TestFencingAcquireDecidedAfterAQuarterOfTheTTLFails(t *testing.T) {
+	const ttl, latency = 2 * time.Second, 800 * time.Millisecond // 300ms past a quarter of the TTL; 1.18s of validity left
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	// Clients whose own timeouts outlast the latency.
+	slow := func(opts *redlock.Options) *redlock.Client {
+		var masters []*redis.Client
+		for _, a := range px.Addrs() {
+			m := redis.NewClient(&redis.Options{Addr: a, ReadTimeout: 5 * time.Second, MaxRetries: -1})
+			t.Cleanup(func() { _ = m.Close() })
+			masters = append(masters, m)
+		}
+		c, err := redlock.New(masters, opts)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, c.Close()) })
+		return c
+	}
+	fencing := slow(&redlock.Options{MasterTimeout: 1500 * time.Millisecond})
+	plain := slow(&redlock.Options{MasterTimeout: 1500 * time.Millisecond, NoFencing: true})
+	ctx := context.Background()
+	for _, c := range []*redlock.Client{fencing, plain} { // scripts loaded, connections open
+		l, err := c.Acquire(ctx, "warm", ttl)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	for i := range cl.Masters {
+		require.NoError(t, px.Latency(i, latency))
+	}
+
+	_, err := fencing.Acquire(ctx, "job", ttl)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.True(t, qe.Expired)
+	assert.GreaterOrEqual(t, qe.Elapsed, latency)
+	assert.Contains(t, err.Error(), "more than a quarter of the TTL: too late for a fencing token")
+	waitReleased(t, cl, "job")
+
+	l, err := plain.Acquire(ctx, "job", ttl)
+	require.NoError(t, err, "without fencing, a late round is granted while validity is left")
+	require.NoError(t, l.Release(ctx))
+}
