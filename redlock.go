@@ -83,7 +83,8 @@ type Options struct {
 	// released lock leaves nothing on the masters. With fencing (the
 	// default) the last release leaves the lock's key holding its counter
 	// for the rest of the key's TTL, and an acquisition fails unless it is
-	// decided within a quarter of its TTL. Tokens are microseconds of the
+	// decided within a quarter of its TTL: keep TTLs above 4*MasterTimeout,
+	// so that a slow master cannot make every acquisition fail. Tokens are microseconds of the
 	// masters' clocks, or larger (a hybrid logical clock: see "Fencing
 	// tokens" in README.md for what they guarantee); they are exact up to
 	// the largest int64, beyond which a master refuses the acquire.

@@ -209,7 +209,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 -- lock again here where this master lost it (it restarted empty, or the
 -- key expired) with the Lock's token ARGV[7]: never where any lock, reader
 -- or marker of this Lock is. A
--- later release deletes it, and leaves a marker there (ARGV[7] "2"): a
+-- later release frees it, and leaves a marker there (ARGV[7] "2"): a
 -- timed-out acquire or another repair that lands later is refused.
 local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
 local counter = counterOf(found[1])
@@ -222,7 +222,8 @@ if KEYS[2] then
 end
 local value = valueOf(ARGV[3], token, '0', holderOf(ARGV[6], ARGV[1]))
 if counter then
-  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  -- The validity left may be shorter than the counter's TTL: never cut it.
+  redis.call('SET', KEYS[1], value, 'PX', math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1])))
 elseif not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return 0
 end

@@ -63,7 +63,7 @@ func TestReleasePutsBackWhatIsNotOurs(t *testing.T) {
 	}
 }
 
-// TestFencingAcquireDecidedAfterHalfTheTTLFails: a fencing token is larger
+// TestFencingAcquireDecidedAfterAQuarterOfTheTTLFails: a fencing token is larger
 // than every earlier one only if its round was decided within a quarter of
 // the TTL (see "Fencing tokens" in README.md). Every master answers after
 // 800ms here, with a 2s TTL: validity is left, so an acquire without
@@ -108,5 +108,29 @@ func TestFencingAcquireDecidedAfterAQuarterOfTheTTLFails(t *testing.T) {
 
 	l, err := plain.Acquire(ctx, "job", ttl)
 	require.NoError(t, err, "without fencing, a late round is granted while validity is left")
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestRepairNeverShortensACounter: a repair over a free lock keeps its
+// counter, and its TTL where that is longer than the validity the repair
+// sets: the counter must live as long as the proof of later tokens being
+// larger needs.
+func TestRepairNeverShortensACounter(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "job", 2*time.Second)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+	counter := strconv.FormatUint(l.Token()+100, 10)
+	require.NoError(t, cl.Admin(1).Set(ctx, "{job}", "f:"+counter, time.Minute).Err())
+
+	require.NoError(t, l.Extend(ctx, 2*time.Second))
+	require.Eventually(t, func() bool { return stored(t, cl, 1, "job").Owner == l.Value() },
+		5*time.Second, time.Millisecond, "repaired on master 1")
+	assert.Equal(t, counter, stored(t, cl, 1, "job").Token, "the counter is kept")
+	pttl, err := cl.Admin(1).PTTL(ctx, "{job}").Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, 50*time.Second, "the counter's TTL is kept, not cut to the 2s of validity")
 	require.NoError(t, l.Release(ctx))
 }

@@ -98,7 +98,7 @@ func TestFencingTokensExactWhenCountersDiffer(t *testing.T) {
 	// master, not of whichever three answer first.
 	c := newClient(t, cl, &redlock.Options{MasterTimeout: slack, Quorum: 5})
 	const m = twoTo53
-	// After INCR: m+3 on master 0, m+2 elsewhere. A double holds neither m+3
+	// Incremented: m+3 on master 0, m+2 elsewhere. A double holds neither m+3
 	// (it rounds to m+4) nor m+5.
 	setFences(t, cl, "mixed", m+2, m+1, m+1, m+1, m+1)
 	assert.Equal(t, uint64(m+3), takeToken(t, c, cl, "mixed"))

@@ -68,7 +68,7 @@ func TestInspect(t *testing.T) {
 		assert.Equal(t, token, m.Token)
 		assert.True(t, m.TTLms > 0 && m.TTLms <= time.Minute.Milliseconds(), "TTL %d ms", m.TTLms)
 		assert.Equal(t, token, m.Fence)
-		assert.Positive(t, m.FenceTTLms, "fence keys expire")
+		assert.Positive(t, m.FenceTTLms, "counters expire with the lock's key")
 	}
 	require.NotNil(t, v.Writer)
 	assert.True(t, v.Writer.Held)
