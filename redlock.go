@@ -80,7 +80,8 @@ type Options struct {
 	KeyPrefix string
 
 	// NoFencing turns fencing tokens off: Lock.Token returns 0, and a
-	// released lock leaves nothing on the masters. With fencing (the
+	// released lock leaves nothing on the masters (except a counter a
+	// fenced client left under the name, which it keeps). With fencing (the
 	// default) the last release leaves the lock's key holding its counter
 	// for the rest of the key's TTL, and an acquisition fails unless it is
 	// decided within a quarter of its TTL: keep TTLs above 4*MasterTimeout,

@@ -12,7 +12,7 @@
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
 --   ARGV[4] "0" for no fencing token, else "1", except: a new acquire's
---   proposed token (the client's clock in microseconds), and a last
+--   proposed token (the client's clock in microseconds, in decimal), and a last
 --   release's Lock token where it has one; ARGV[5] write-wait TTL (ms),
 --   0 for a writer that will not wait, ARGV[6] nonce of the Lock,
 --   ARGV[7] releases only: "1" to leave a marker if nothing is found, "2"
@@ -50,11 +50,12 @@
 
 --- @tokens
 -- less reports a < b for counters as decimal text (no sign, no leading
--- zeros): by length, then byte by byte.
+-- zeros): by length, then as numbers, 15 digits at a time.
 local function less(a, b)
   if #a ~= #b then return #a < #b end
-  for i = 1, #a do
-    local x, y = a:byte(i), b:byte(i)
+  if a == b then return false end
+  for i = 1, #a, 15 do -- each piece is exact as a Lua number
+    local x, y = tonumber(a:sub(i, i + 14)), tonumber(b:sub(i, i + 14))
     if x ~= y then return x < y end
   end
   return false
@@ -69,7 +70,12 @@ local maxCounter = '9223372036854775807'
 local function nextToken(counter, proposal, ttl)
   local t = redis.call('TIME')
   local now, slack = t[1] * 1000000 + t[2], math.floor(ttl * 62.5)
-  local token = string.format('%.0f', math.min(math.max(tonumber(proposal), now - slack), now + slack))
+  local token, p = proposal, tonumber(proposal)
+  if p < now - slack then
+    token = string.format('%.0f', now - slack)
+  elseif p > now + slack then
+    token = string.format('%.0f', now + slack)
+  end
   if not counter or less(counter, token) then return token end
   if counter:find('^0.') or less(maxCounter, counter) then return nil, 'not an int64' end
   if counter == maxCounter then return nil, 'int64 overflow' end
@@ -108,8 +114,7 @@ end
 -- all are nil for no value (false), a free lock or a value of another form.
 local function parse(v)
   if not v then return nil end
-  local holds, token, waited, holder = v:match('^(%d+):(%d+):([01]):(.*)$')
-  local n, rest = (holder or ''):match('^(%d+):(.*)$')
+  local holds, token, waited, holder, n, rest = v:match('^(%d+):(%d+):([01]):((%d+):(.*))$')
   if not n or tonumber(n) > #rest then return nil end
   return holds, token, waited, holder
 end
