@@ -3,7 +3,9 @@ package redlock
 import (
 	"bufio"
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -23,9 +25,11 @@ var scriptsLua string
 // Scripts compiled from scripts.lua. Their SHA1 is computed once here; each
 // master caches the script body on first use (EVALSHA falls back to EVAL on
 // NOSCRIPT, which also covers a master that restarted and lost its cache).
+// Where a master takes Redis Functions, the same scripts run as the
+// functions of one library instead (see splitScripts).
 var (
-	scripts     = splitScripts(scriptsLua)
-	fenceScript = scripts.get("fence")
+	scripts, functions = splitScripts(scriptsLua)
+	fenceScript        = scripts.get("fence")
 )
 
 // mode is one sort of lock: the scripts for its operations and its keys.
@@ -124,16 +128,28 @@ type scriptSet map[string]*redis.Script
 // splitScripts cuts src into the sections that start with "--- name". A
 // section "--- name @a @b" starts with the text of sections "@a" and "@b",
 // which must come before it; sections named "@..." are only such helpers.
-func splitScripts(src string) scriptSet {
+//
+// It also returns the scripts as a library of Redis Functions: every
+// helper once, then a function per script whose body is the script's own
+// text, with KEYS and ARGV as its parameters. The library and its
+// functions are named after a hash of their code, so that clients of
+// different versions share a master without replacing each other's.
+func splitScripts(src string) (scriptSet, *pipeline.Functions) {
 	set, libs := scriptSet{}, map[string]string{}
+	var names []string                // scripts, in order
+	own := map[string]string{}        // each script's text without its helpers
+	var helpers, body strings.Builder // helpers: every helper, in order
 	var name string
-	var body strings.Builder
+	ownFrom := 0 // where name's own text starts in body
 	flush := func() {
 		switch {
 		case strings.HasPrefix(name, "@"):
 			libs[name] = body.String()
+			helpers.WriteString(body.String())
 		case name != "":
 			set[name] = redis.NewScript(body.String())
+			own[name] = body.String()[ownFrom:]
+			names = append(names, name)
 		}
 		body.Reset()
 	}
@@ -159,13 +175,28 @@ func splitScripts(src string) scriptSet {
 				}
 				body.WriteString(lib)
 			}
+			ownFrom = body.Len()
 			continue
 		}
 		body.WriteString(line)
 		body.WriteByte('\n')
 	}
 	flush()
-	return set
+
+	h := sha1.New()
+	h.Write([]byte(helpers.String()))
+	for _, n := range names {
+		fmt.Fprintf(h, "--- %s\n%s", n, own[n])
+	}
+	lib := "redlock_" + hex.EncodeToString(h.Sum(nil))[:16]
+	code := "#!lua name=" + lib + "\n" + helpers.String()
+	fns := make(map[*redis.Script]string, len(names))
+	for _, n := range names {
+		fn := lib + "_" + n
+		code += "redis.register_function('" + fn + "', function(KEYS, ARGV)\n" + own[n] + "end)\n"
+		fns[set[n]] = fn
+	}
+	return set, pipeline.NewFunctions(code, fns)
 }
 
 func (s scriptSet) get(name string) *redis.Script {

@@ -238,8 +238,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client),
-			pipe: pipeline.New(client, lateCallFactor*c.masterTimeout)}
+		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout)
+		pipe.UseFunctions(functions)
+		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe}
 	}
 	return c, nil
 }
@@ -302,9 +303,10 @@ func (c *Client) Masters() []string {
 	return names
 }
 
-// LoadScripts loads every script on every master, so that the first
-// operations need no EVAL fallback. It is optional: a master that lacks a
-// script (it restarted, say) gets it on first use. It blocks until every
+// LoadScripts loads every script on every master, as a library of Redis
+// Functions where the master takes one and as scripts in any case, so that
+// the first operations need no fallback. It is optional: a master that
+// lacks a script or the library (it restarted, say) gets it on first use. It blocks until every
 // master answered, ctx ended or Close gave up on what is in flight, each
 // load bounded by 4*MasterTimeout, and returns the masters' errors joined
 // (ErrClosed after Close).
@@ -328,12 +330,20 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	for i := range c.nodes {
 		nd := &c.nodes[i]
 		g.Go(func() error {
-			for _, s := range scripts {
+			load := func(f func(context.Context) error) bool {
 				loadCtx, cancel := context.WithTimeout(ctx, lateCallFactor*c.masterTimeout)
-				err := s.Load(loadCtx, nd.client).Err()
-				cancel()
-				if err != nil {
+				defer cancel()
+				if err := f(loadCtx); err != nil {
 					errs[i] = fmt.Errorf("%s: %w", nd.name, err)
+					return false
+				}
+				return true
+			}
+			if !load(nd.pipe.LoadFunctions) {
+				return nil
+			}
+			for _, s := range scripts {
+				if !load(func(ctx context.Context) error { return s.Load(ctx, nd.client).Err() }) {
 					return nil
 				}
 			}

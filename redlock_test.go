@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,18 +105,36 @@ func TestDefaultValuesAreUnique(t *testing.T) {
 	}
 }
 
+// Helpers are defined once in the functions library, outside any function:
+// there, KEYS and ARGV do not exist.
+func TestHelpersTakeKeysAsArguments(t *testing.T) {
+	helpers, _, ok := strings.Cut(functions.Code(), "redis.register_function(")
+	require.True(t, ok)
+	for i, line := range strings.Split(helpers, "\n") {
+		code, _, _ := strings.Cut(line, "--")
+		assert.NotRegexp(t, `\b(KEYS|ARGV)\b`, code, "library line %d", i+1)
+	}
+}
+
 func TestSplitScripts(t *testing.T) {
 	for _, name := range []string{"acquire", "extend", "release"} {
 		assert.Contains(t, scripts, name)
 	}
-	set := splitScripts("-- header\n--- a\nreturn 1\n--- b\nreturn 2\n")
+	set, _ := splitScripts("-- header\n--- a\nreturn 1\n--- b\nreturn 2\n")
 	assert.Len(t, set, 2)
 	assert.Equal(t, redis.NewScript("return 1\n").Hash(), set["a"].Hash())
 	assert.Panics(t, func() { splitScripts("--- a\n--- a\n") })
 
-	libs := splitScripts("--- @x\nlocal x = 1\n--- @y\nlocal y = 2\n--- c @x @y\nreturn x + y\n")
+	libs, fns := splitScripts("--- @x\nlocal x = 1\n--- @y\nlocal y = 2\n--- c @x @y\nreturn x + y\n")
 	assert.Len(t, libs, 1, "helpers are not scripts")
 	assert.Equal(t, redis.NewScript("local x = 1\nlocal y = 2\nreturn x + y\n").Hash(), libs["c"].Hash())
+	lib, _, _ := strings.Cut(fns.Code(), "\n")
+	name := strings.TrimPrefix(lib, "#!lua name=")
+	assert.Regexp(t, `^redlock_[0-9a-f]{16}$`, name)
+	assert.Equal(t, lib+"\nlocal x = 1\nlocal y = 2\n"+
+		"redis.register_function('"+name+"_c', function(KEYS, ARGV)\nreturn x + y\nend)\n", fns.Code())
+	_, other := splitScripts("--- @x\nlocal x = 2\n--- @y\nlocal y = 2\n--- c @x @y\nreturn x + y\n")
+	assert.NotEqual(t, fns.Code()[:len(lib)], other.Code()[:len(lib)], "the name follows the code")
 	assert.Panics(t, func() { splitScripts("--- c @x\nreturn 1\n") }, "helper not defined before")
 	assert.Panics(t, func() { splitScripts("--- @x\n--- c x\n") }, "not a helper")
 	assert.Panics(t, func() { splitScripts("--- @x\n--- @y @x\n") }, "a helper needing another")

@@ -18,7 +18,11 @@
 --   ARGV[7] releases only: "1" to leave a marker if nothing is found, "2"
 --   to leave it in any case (see below); repair only: the Lock's token.
 -- A section named "--- name @lib..." starts with the sections "@lib"
--- (helpers).
+-- (helpers). Each script runs two ways (see node.go): with EVALSHA, as the
+-- text of its helpers and its own, where KEYS and ARGV are globals; and as
+-- one Redis Function of a library that defines every helper once, where
+-- they are the function's parameters. So a helper never names KEYS nor
+-- ARGV: a script passes what a helper needs.
 -- The nonce is random per Lock value in Go: an owner may take a lock again
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
@@ -132,15 +136,16 @@ end
 
 --- @readers
 -- trimReaders drops the readers whose holds expired, from K:r and from
--- K:rn, and returns the master's clock in milliseconds.
-local function trimReaders()
+-- K:rn (keys are the script's KEYS), and returns the master's clock in
+-- milliseconds.
+local function trimReaders(keys)
   local t = redis.call('TIME')
   local now = t[1] * 1000 + math.floor(t[2] / 1000)
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+  local expired = redis.call('ZRANGEBYSCORE', keys[2], '-inf', now)
   if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', keys[2], '-inf', now)
     for i = 1, #expired, 1000 do -- unpack's stack holds a few thousand
-      redis.call('HDEL', KEYS[3], unpack(expired, i, math.min(i + 999, #expired)))
+      redis.call('HDEL', keys[3], unpack(expired, i, math.min(i + 999, #expired)))
     end
   end
   return now
@@ -169,7 +174,7 @@ local counter = counterOf(found[1])
 if found[1] and not counter then return 0 end
 if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
 if KEYS[2] then
-  trimReaders()
+  trimReaders(KEYS)
   if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
   if redis.call('ZCARD', KEYS[2]) > 0 then
     if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
@@ -222,7 +227,7 @@ if found[2] or (found[1] and not counter) then return 0 end
 local token = ARGV[7] -- the counter, where it passed the token, is kept
 if ARGV[4] == '0' or counter and less(token, counter) then token = counter or '0' end
 if KEYS[2] then
-  trimReaders()
+  trimReaders(KEYS)
   if redis.call('ZCARD', KEYS[2]) > 0 then return 0 end
 end
 local value = valueOf(ARGV[3], token, '0', holderOf(ARGV[6], ARGV[1]))
@@ -287,7 +292,7 @@ local found = redis.call('GET', KEYS[1])
 local _, _, _, holder = parse(found)
 local writer = holder and ownerOf(holder)
 if found and not counterOf(found) and writer ~= ARGV[1] then return 0 end
-local now = trimReaders()
+local now = trimReaders(KEYS)
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   -- Only the Lock that reads may re-enter (see acquire).
   if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
@@ -306,7 +311,7 @@ end
 return 1
 
 --- read_extend @readers
-local now = trimReaders()
+local now = trimReaders(KEYS)
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
 redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
@@ -316,7 +321,7 @@ end
 return 1
 
 --- read_release @readers
-trimReaders()
+trimReaders(KEYS)
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) or redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then
   if ARGV[7] == '1' then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
   return 0

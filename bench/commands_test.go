@@ -194,6 +194,16 @@ func TestMonitor(t *testing.T) {
 	got, err = mons.Stop(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int64{"evalsha:" + sha[:8]: 1}, got.Top)
+
+	const lib = "redlock_0123456789abcdef"
+	require.NoError(t, clients[0].FunctionLoad(ctx, "#!lua name="+lib+"\n"+
+		"redis.register_function('"+lib+"_acquire', function() return 1 end)").Err())
+	mons, err = StartMonitors(ctx, cl.Addrs()[:1])
+	require.NoError(t, err)
+	require.NoError(t, clients[0].FCall(ctx, lib+"_acquire", nil).Err())
+	got, err = mons.Stop(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"fcall:acquire": 1}, got.Top)
 }
 
 func TestNewLockerErrors(t *testing.T) {

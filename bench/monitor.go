@@ -35,6 +35,15 @@ var markerSeq atomic.Int64
 // calls in MonitorCounts.Top ("evalsha:4c7f6587").
 const shaPrefix = 8
 
+// functionScript returns the script that redlock's function fn runs: fn
+// without its library's name, "redlock_<16 hex digits>_".
+func functionScript(fn string) string {
+	if lib, script, ok := strings.Cut(strings.TrimPrefix(fn, "redlock_"), "_"); ok && len(lib) == 16 {
+		return script
+	}
+	return fn
+}
+
 // monitorDial bounds the connection set-up of StartMonitor.
 const monitorDial = 2 * time.Second
 
@@ -94,9 +103,15 @@ func (m *Monitor) read(r *bufio.Reader) {
 		}
 		name, args, _ := strings.Cut(strings.TrimPrefix(cmd, `"`), `"`)
 		name = strings.ToLower(name)
-		if name == "evalsha" { // tell the scripts apart: evalsha:<sha prefix>
+		switch name {
+		case "evalsha": // tell the scripts apart: evalsha:<sha prefix>
 			if _, sha, ok := strings.Cut(args, `"`); ok && len(sha) >= shaPrefix {
 				name += ":" + sha[:shaPrefix]
+			}
+		case "fcall": // and the functions: fcall:<script>
+			if _, fn, ok := strings.Cut(args, `"`); ok {
+				fn, _, _ = strings.Cut(fn, `"`)
+				name += ":" + functionScript(fn)
 			}
 		}
 		if strings.Contains(cmd, m.marker) {

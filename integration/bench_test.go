@@ -93,7 +93,7 @@ func scriptCalls(b *testing.B, cl *integration.Cluster) int {
 		if err != nil {
 			b.Fatal(err)
 		}
-		n += statCalls(info, "evalsha") + statCalls(info, "eval")
+		n += statCalls(info, "evalsha") + statCalls(info, "eval") + statCalls(info, "fcall")
 	}
 	return n
 }

@@ -147,10 +147,11 @@ func TestCancelledAcquiresLeaveNoKeyUnderLoad(t *testing.T) {
 }
 
 // TestCancelledAcquiresLeaveNoKeyWhenStalledMastersLoseScripts is the same
-// while two masters repeatedly lose their script cache (SCRIPT FLUSH) and
-// stall (SIGSTOP, or a paused container) for twice the master timeout: an
-// EVALSHA they answer with NOSCRIPT after the call timed out never gets its
-// EVAL fallback, and an undo sent on another connection after its acquire
+// while two masters repeatedly lose their script cache and functions
+// (SCRIPT FLUSH, FUNCTION FLUSH) and stall (SIGSTOP, or a paused container)
+// for twice the master timeout: an EVALSHA they answer with NOSCRIPT, or an
+// FCALL with "Function not found", after the call timed out never gets its
+// fallback, and an undo sent on another connection after its acquire
 // timed out can reach the master first (Docker's port proxy relays each
 // connection on its own); the undo's marker must make that acquire refuse.
 func TestCancelledAcquiresLeaveNoKeyWhenStalledMastersLoseScripts(t *testing.T) {
@@ -175,6 +176,9 @@ func TestCancelledAcquiresLeaveNoKeyWhenStalledMastersLoseScripts(t *testing.T) 
 			for i, m := range stalling {
 				if err := cl.Admin(i).ScriptFlush(lctx).Err(); err != nil {
 					return fmt.Errorf("%s: script flush: %w", m.Name(), err)
+				}
+				if err := cl.Admin(i).FunctionFlush(lctx).Err(); err != nil {
+					return fmt.Errorf("%s: function flush: %w", m.Name(), err)
 				}
 				if err := m.Pause(lctx); err != nil {
 					return err

@@ -339,7 +339,8 @@ func TestFailedShorterExtendShortensUntil(t *testing.T) {
 	require.NoError(t, l2.Release(ctx))
 }
 
-// evalCalls counts the scripts run on every running master so far.
+// evalCalls counts the scripts and functions run on every running master
+// so far.
 func evalCalls(t *testing.T, cl *integration.Cluster) []int {
 	t.Helper()
 	out := make([]int, len(cl.Masters))
@@ -349,7 +350,7 @@ func evalCalls(t *testing.T, cl *integration.Cluster) []int {
 		}
 		info, err := cl.Admin(i).Info(context.Background(), "commandstats").Result()
 		require.NoError(t, err)
-		out[i] = statCalls(info, "evalsha") + statCalls(info, "eval")
+		out[i] = statCalls(info, "evalsha") + statCalls(info, "eval") + statCalls(info, "fcall")
 	}
 	return out
 }

@@ -107,6 +107,9 @@ type Pipeline struct {
 	piper  pipeliner     // nil: the client cannot pipeline
 	limit  time.Duration // bound of every batch and of every mustSend call
 
+	fns     *Functions    // nil: scripts only (see UseFunctions)
+	fnState atomic.Uint32 // fnUnknown, fnOn, fnOff
+
 	// wg counts the calls accepted and not yet done with: Close waits for
 	// it. busy, and its count in wg, is held by the call sent alone, then
 	// handed to the drainer if calls queued meanwhile.
@@ -128,14 +131,14 @@ type Pipeline struct {
 
 // stats counts what a Pipeline did, for tests.
 type stats struct {
-	alone      int // calls sent at once, without a batch
-	batches    int // pipelined writes of queued calls
-	batched    int // calls sent in those
-	dropped    int // queued calls not sent because their context had ended
-	shed       int // calls refused because the queue was full
-	evalResent int // follow-up writes of EVALs after NOSCRIPT
-	withdrawn  int // calls of RunWithdrawable withdrawn
-	skipped    int // calls of RunKept that Skip answered
+	alone     int // calls sent at once, without a batch
+	batches   int // pipelined writes of queued calls
+	batched   int // calls sent in those
+	dropped   int // queued calls not sent because their context had ended
+	shed      int // calls refused because the queue was full
+	resent    int // follow-up writes after NOSCRIPT or a missing function
+	withdrawn int // calls of RunWithdrawable withdrawn
+	skipped   int // calls of RunKept that Skip answered
 }
 
 // Skipper tells RunKept whether a call is needless: see RunKept. Its Skip
@@ -368,7 +371,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []a
 	// Build the command outside the lock, then queue it.
 	c := callPool.Get().(*call)
 	c.ctx, c.script, c.keys, c.args, c.mustSend, c.detach, c.hooks = ctx, s, keys, args, mustSend, detach, h
-	c.cmd = c.evalSHA(ctx, s, keys, args)
+	c.cmd = p.build(ctx, c, s, keys, args)
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	if !p.busy {
@@ -429,7 +432,24 @@ func (p *Pipeline) endAlone() (drain bool) {
 // evalSHA builds, in c's reused argument buffer, the EVALSHA command of s
 // with keys and args.
 func (c *call) evalSHA(ctx context.Context, s *redis.Script, keys Keys, args []any) *redis.Cmd {
-	c.argv = append(c.argv, "evalsha", boxedHash(s), len(keys.Names))
+	return c.command(ctx, "evalsha", boxedHash(s), keys, args)
+}
+
+// build builds the command of call c: FCALL where p sends them, else
+// EVALSHA.
+func (p *Pipeline) build(ctx context.Context, c *call, s *redis.Script, keys Keys, args []any) *redis.Cmd {
+	if p.fns != nil && p.fnState.Load() == fnOn {
+		if cmd := c.fcall(ctx, p.fns, s, keys, args); cmd != nil {
+			return cmd
+		}
+	}
+	return c.evalSHA(ctx, s, keys, args)
+}
+
+// command builds, in c's reused argument buffer, the command name (EVALSHA
+// or FCALL) of script or function id, with keys and args.
+func (c *call) command(ctx context.Context, name string, id any, keys Keys, args []any) *redis.Cmd {
+	c.argv = append(c.argv, name, id, len(keys.Names))
 	if keys.boxed != nil {
 		c.argv = append(c.argv, keys.boxed...)
 	} else {
@@ -438,8 +458,14 @@ func (c *call) evalSHA(ctx context.Context, s *redis.Script, keys Keys, args []a
 		}
 	}
 	c.argv = appendArgs(c.argv, args)
-	cmd := redis.NewCmd(ctx, c.argv...)
-	if len(keys.Names) > 0 {
+	return newCmd(ctx, c.argv)
+}
+
+// newCmd returns the command argv of a script or function call (EVALSHA,
+// EVAL, FCALL: the keys from the fourth argument on).
+func newCmd(ctx context.Context, argv []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, argv...)
+	if argv[2] != 0 {
 		cmd.SetFirstKeyPos(3) // as go-redis does, for cluster routing
 	}
 	return cmd
@@ -453,12 +479,39 @@ func (p *Pipeline) runAlone(ctx context.Context, s *redis.Script, keys Keys, arg
 	}
 	c := callPool.Get().(*call)
 	defer c.recycle()
-	cmd := c.evalSHA(ctx, s, keys, args)
+	var cmd *redis.Cmd
+	if p.useFunctions(ctx) {
+		cmd = c.fcall(ctx, p.fns, s, keys, args)
+	}
+	if cmd == nil {
+		cmd = c.evalSHA(ctx, s, keys, args)
+	}
 	_ = p.proc.Process(ctx, cmd)
-	if isNoScript(cmd.Err()) {
+	if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx) == nil {
+		cmd = newCmd(ctx, cmd.Args())
+		_ = p.proc.Process(ctx, cmd)
+	}
+	if p.asScript(cmd) {
 		return s.Eval(ctx, p.client, keys.Names, args...).Int64()
 	}
 	return cmd.Int64()
+}
+
+// asScript reports whether cmd did not run and must be sent as EVAL: an
+// EVALSHA whose script the master lacks, or an FCALL whose function it
+// still lacks (a reload failed) or that it refuses; after a refusal, p
+// sends no more FCALLs.
+func (p *Pipeline) asScript(cmd *redis.Cmd) bool {
+	switch err := cmd.Err(); {
+	case isNoScript(err):
+		return true
+	case cmd.Name() != "fcall":
+		return false
+	case fcallRefused(err):
+		p.fnState.Store(fnOff)
+		return true
+	}
+	return noFunction(cmd.Err())
 }
 
 // scriptHashes maps a *redis.Script to its SHA1 as an any, so that queued
@@ -602,10 +655,11 @@ func (p *Pipeline) doneLocked(c *call, val int64, err error) {
 }
 
 // send writes batch as one pipeline and reads the replies into each call's
-// cmd; calls that met NOSCRIPT are sent again as EVAL, together. It reports
-// whether it did that. The batch runs until the latest deadline of its
-// calls, a call without one or mustSend counting as limit from now, and at
-// most until then.
+// cmd; calls that did not run for want of their script or function are
+// sent again, together (see resend). It reports whether it did that. The
+// batch runs until the latest deadline of its calls, a call without one or
+// mustSend counting as limit from now, and at most until then. The first
+// batch of a Pipeline that may use functions loads them before it.
 func (p *Pipeline) send(batch []*call) (resent bool) {
 	limit := time.Now().Add(p.limit)
 	var deadline time.Time
@@ -627,21 +681,54 @@ func (p *Pipeline) send(batch []*call) (resent bool) {
 	if p.pipe == nil {
 		p.pipe = p.piper.Pipeline()
 	}
+	if p.fns != nil && p.fnState.Load() == fnUnknown {
+		_ = p.loadFunctions(ctx) // for the batches to come
+	}
 	_ = p.pipe.BatchProcess(ctx, p.cmds...)
 	clear(p.cmds)
 	p.cmds = p.cmds[:0]
 	_, _ = p.pipe.Exec(ctx) // each cmd holds its own error
 
-	for _, c := range batch {
-		if isNoScript(c.cmd.Err()) {
-			c.cmd = c.script.Eval(ctx, p.pipe, c.keys.Names, c.args...) // queued on p.pipe
-			resent = true
+	// A second resend: FCALLs sent after a FUNCTION LOAD that the master
+	// refused go as EVAL.
+	for range 2 {
+		if !p.resend(ctx, batch) {
+			break
 		}
-	}
-	if resent {
-		_, _ = p.pipe.Exec(ctx)
+		resent = true
 	}
 	return resent
+}
+
+// resend sends again, together, the calls of a batch that did not run
+// because the master lacked their script or function: FCALLs after a
+// FUNCTION LOAD, EVALSHAs as EVAL (see asScript). It reports whether it
+// sent any.
+func (p *Pipeline) resend(ctx context.Context, batch []*call) bool {
+	var load *redis.StatusCmd
+	sent := false
+	for _, c := range batch {
+		if noFunction(c.cmd.Err()) && p.fnState.Load() == fnOn {
+			if load == nil {
+				load = redis.NewStatusCmd(ctx, "function", "load", p.fns.code)
+				_ = p.pipe.Process(ctx, load) // queued on p.pipe, first
+			}
+			c.cmd = newCmd(ctx, c.cmd.Args())
+			_ = p.pipe.Process(ctx, c.cmd)
+			sent = true
+		} else if p.asScript(c.cmd) {
+			c.cmd = c.script.Eval(ctx, p.pipe, c.keys.Names, c.args...) // queued
+			sent = true
+		}
+	}
+	if !sent {
+		return false
+	}
+	_, _ = p.pipe.Exec(ctx)
+	if load != nil {
+		_ = p.loaded(load.Err())
+	}
+	return true
 }
 
 // finishLocked answers the calls of a batch that send has run.
@@ -649,7 +736,7 @@ func (p *Pipeline) finishLocked(batch []*call, resent bool) {
 	p.stats.batches++
 	p.stats.batched += len(batch)
 	if resent {
-		p.stats.evalResent++
+		p.stats.resent++
 	}
 	for i, c := range batch {
 		v, err := c.cmd.Int64()

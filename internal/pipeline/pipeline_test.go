@@ -379,7 +379,7 @@ func TestPipelineNoScriptInBatch(t *testing.T) {
 	require.NoError(t, <-occupied)
 	s := statsOf(p)
 	assert.Equal(t, 1, s.batches)
-	assert.Equal(t, 1, s.evalResent, "one EVAL write for the whole batch")
+	assert.Equal(t, 1, s.resent, "one EVAL write for the whole batch")
 }
 
 // Close waits for the queued calls (they are still sent), leaves no

@@ -373,6 +373,8 @@ func (r *report) writeCommands(w io.Writer) {
 				label := k
 				if s, ok := scripts[strings.TrimPrefix(k, "evalsha:")]; ok {
 					label = "evalsha " + s
+				} else if s, ok := strings.CutPrefix(k, "fcall:"); ok {
+					label = "fcall " + s
 				}
 				parts = append(parts, fmt.Sprintf("%s %.2f", label, float64(st.ByName[k])/float64(st.Ops)))
 			}

@@ -1,0 +1,109 @@
+package integration_test
+
+// Where a master takes Redis Functions, the scripts run as FCALLs of one
+// library that the client loads; elsewhere as EVALSHA. Both must give the
+// same locks.
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/integration"
+)
+
+// libraries returns the names of the function libraries on master i.
+func libraries(t *testing.T, cl *integration.Cluster, i int) []string {
+	t.Helper()
+	libs, err := cl.Admin(i).FunctionList(t.Context(), redis.FunctionListQuery{}).Result()
+	require.NoError(t, err)
+	var names []string
+	for _, l := range libs {
+		names = append(names, l.Name)
+	}
+	return names
+}
+
+// The first calls load the library; a master that lost it (FUNCTION FLUSH,
+// as after a restart without persistence) gets it again, and no
+// operation fails meanwhile.
+func TestFunctionsLoadedAndReloaded(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c := newClient(t, cl, nil)
+	ctx := t.Context()
+	lockAndUnlock := func(what string) {
+		l, err := c.Acquire(ctx, "job", 10*time.Second)
+		require.NoError(t, err, what)
+		require.NoError(t, l.Extend(ctx, 10*time.Second), what)
+		require.NoError(t, l.Release(ctx), what)
+	}
+	lockAndUnlock("first")
+	scripts := 0
+	for i := range cl.Masters {
+		libs := libraries(t, cl, i)
+		require.Len(t, libs, 1, "master %d", i)
+		assert.True(t, strings.HasPrefix(libs[0], "redlock_"), libs[0])
+		info, err := cl.Admin(i).Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		assert.Equal(t, 3, statCalls(info, "fcall"), "master %d: acquire, extend, release", i)
+		scripts += statCalls(info, "evalsha") + statCalls(info, "eval")
+	}
+	assert.Zero(t, scripts)
+
+	for i := range cl.Masters {
+		require.NoError(t, cl.Admin(i).FunctionFlush(ctx).Err())
+	}
+	lockAndUnlock("after FUNCTION FLUSH")
+	for i := range cl.Masters {
+		assert.Len(t, libraries(t, cl, i), 1, "master %d has the library again", i)
+	}
+}
+
+// Masters that refuse functions (here an ACL; Redis 6 has none) run the
+// scripts as EVALSHA, beside masters that run FCALLs, and the locks are the
+// same: exclusive, fenced, released.
+func TestFunctionsRefusedOnSomeMasters(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx := t.Context()
+	clients := slices.Clone(cl.Clients())
+	for i := range 2 {
+		require.NoError(t, cl.Admin(i).Do(ctx, "acl", "setuser", "nofunctions", "on", ">secret",
+			"~*", "&*", "+@all", "-function", "-fcall").Err())
+		opt := integration.MasterOptions(cl.Masters[i].Addr())
+		opt.Username, opt.Password = "nofunctions", "secret"
+		clients[i] = redis.NewClient(opt)
+		t.Cleanup(func() { _ = clients[i].Close() })
+	}
+	c, err := redlock.New(clients, &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	require.NoError(t, c.LoadScripts(ctx), "a refusal is not an error")
+
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	for i := range cl.Masters {
+		info, err := cl.Admin(i).Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		if i < 2 {
+			assert.Zero(t, statCalls(info, "fcall"), "master %d", i)
+			assert.Positive(t, statCalls(info, "evalsha"), "master %d", i)
+		} else {
+			assert.Zero(t, statCalls(info, "evalsha")+statCalls(info, "eval"), "master %d", i)
+		}
+	}
+
+	other := newClient(t, cl, nil) // loads the library on every master
+	_, err = other.Acquire(ctx, "job", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, l.Release(ctx))
+	l2, err := other.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, l2.Token(), l.Token())
+	require.NoError(t, l2.Release(ctx))
+}
