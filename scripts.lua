@@ -75,11 +75,8 @@ local function nextToken(counter, proposal, ttl)
   local t = redis.call('TIME')
   local now, slack = t[1] * 1000000 + t[2], math.floor(ttl * 62.5)
   local token, p = proposal, tonumber(proposal)
-  if p < now - slack then
-    token = string.format('%.0f', now - slack)
-  elseif p > now + slack then
-    token = string.format('%.0f', now + slack)
-  end
+  local held = math.min(math.max(p, now - slack), now + slack)
+  if held ~= p then token = string.format('%.0f', held) end
   if not counter or less(counter, token) then return token end
   if counter:find('^0.') or less(maxCounter, counter) then return nil, 'not an int64' end
   if counter == maxCounter then return nil, 'int64 overflow' end

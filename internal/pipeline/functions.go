@@ -128,3 +128,9 @@ func isRedisError(err error) bool {
 
 // Code returns the library's code, as FUNCTION LOAD takes it.
 func (f *Functions) Code() string { return f.code }
+
+// Name returns the name of the function that runs s, "" if f has none.
+func (f *Functions) Name(s *redis.Script) string {
+	n, _ := f.names[s].(string)
+	return n
+}
