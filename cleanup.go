@@ -66,9 +66,9 @@ func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Dur
 // happens (see node.eval), and waits MasterTimeout for it; a retry goes
 // straight to the client, bounded by lateCallFactor times that. Both stop
 // waiting when Close gives up. The first try sends
-// EVALSHA (and EVAL on NOSCRIPT); a retry sends EVAL, as the master may
-// have lost its script cache and answered NOSCRIPT too late for the
-// fallback. It returns nil if the script ran and replied, and otherwise
+// EVALSHA or FCALL, with their fallbacks (see node.eval); a
+// retry sends EVAL, as the master may have lost its scripts and answered
+// too late for the fallback. It returns nil if the script ran and replied, and otherwise
 // the error, an error reply included (a script error, or a proxy's reply).
 func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) error {
 	if err := c.abandon.Err(); err != nil {

@@ -183,20 +183,20 @@ func splitScripts(src string) (scriptSet, *pipeline.Functions) {
 	}
 	flush()
 
-	h := sha1.New()
-	h.Write([]byte(helpers.String()))
-	for _, n := range names {
-		fmt.Fprintf(h, "--- %s\n%s", n, own[n])
+	code := func(lib string) string {
+		c := "#!lua name=" + lib + "\n" + helpers.String()
+		for _, n := range names {
+			c += "redis.register_function('" + lib + "_" + n + "', function(KEYS, ARGV)\n" + own[n] + "end)\n"
+		}
+		return c
 	}
-	lib := "redlock_" + hex.EncodeToString(h.Sum(nil))[:16]
-	code := "#!lua name=" + lib + "\n" + helpers.String()
+	sum := sha1.Sum([]byte(code("")))
+	lib := "redlock_" + hex.EncodeToString(sum[:8])
 	fns := make(map[*redis.Script]string, len(names))
 	for _, n := range names {
-		fn := lib + "_" + n
-		code += "redis.register_function('" + fn + "', function(KEYS, ARGV)\n" + own[n] + "end)\n"
-		fns[set[n]] = fn
+		fns[set[n]] = lib + "_" + n
 	}
-	return set, pipeline.NewFunctions(code, fns)
+	return set, pipeline.NewFunctions(code(lib), fns)
 }
 
 func (s scriptSet) get(name string) *redis.Script {

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Functions is a library of Redis Functions (Redis 7 and later) that runs
 // scripts as FCALLs: a function is a script whose helpers the master
-// compiled once, at FUNCTION LOAD, instead of on every EVALSHA. It is
+// defined once, at FUNCTION LOAD, instead of on every EVALSHA. It is
 // read-only and safe for concurrent use.
 type Functions struct {
 	code  string                // what FUNCTION LOAD takes
@@ -27,39 +28,66 @@ func NewFunctions(code string, names map[*redis.Script]string) *Functions {
 	return f
 }
 
-// Whether a Pipeline sends FCALL: unknown until it first loads its library
-// (see useFunctions), then on, or off for good where the master cannot
-// take the library (Redis 6, an ACL, a proxy, a fake).
+// Code returns the library's code, as FUNCTION LOAD takes it.
+func (f *Functions) Code() string { return f.code }
+
+// Name returns the name of the function that runs s, "" if f has none.
+func (f *Functions) Name(s *redis.Script) string {
+	n, _ := f.names[s].(string)
+	return n
+}
+
+// Whether a Pipeline sends FCALLs: unknown until a FUNCTION LOAD of its
+// library is answered, then on; off for good where the master cannot take
+// the library or its FCALLs (Redis 6, an ACL, a proxy, a fake), or gave no
+// usable answer to maxProbes loads.
 const (
 	fnUnknown uint32 = iota
 	fnOn
 	fnOff
 )
 
-// UseFunctions makes p send the scripts that f has as FCALLs, loading f on
-// the master first, where its client is a *redis.Client; other clients
-// keep EVALSHA. It must be called before p's first call. A master that
-// refuses FUNCTION LOAD, or later FCALL, gets EVALSHA from then on.
+const maxProbes = 3
+
+// probeInterval is the least time between two loads of a master's library
+// while it is unknown whether the master takes it.
+var probeInterval = time.Second
+
+// UseFunctions makes p send the scripts that f has as FCALLs once the
+// master has loaded f, where its client is a *redis.Client; other clients
+// keep EVALSHA. It must be called before p's first call. Until the master
+// has answered the load, which p sends in the background on its first
+// call, p sends EVALSHA.
 func (p *Pipeline) UseFunctions(f *Functions) {
 	if _, ok := p.client.(*redis.Client); ok && p.piper != nil {
 		p.fns = f
 	}
 }
 
-// useFunctions reports whether to send FCALLs, loading the library once
-// first: a master that answers the load with an error reply is off for
-// good, one that gives no answer is asked again by the next call.
-func (p *Pipeline) useFunctions(ctx context.Context) bool {
-	if p.fns == nil {
-		return false
+// probeLocked starts loading the library in the background, bounded by
+// limit, unless it is known whether the master takes it, a load is under
+// way, or the last one ended less than probeInterval ago. p.mu must be
+// held, and p not closed.
+func (p *Pipeline) probeLocked() {
+	if p.fns == nil || p.fnState.Load() != fnUnknown || p.probing || time.Since(p.probed) < probeInterval {
+		return
 	}
-	switch p.fnState.Load() {
-	case fnOn:
-		return true
-	case fnOff:
-		return false
-	}
-	return p.loadFunctions(ctx) == nil
+	p.probing = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), p.limit)
+		err := p.loadFunctions(ctx, true)
+		cancel()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.probing, p.probed = false, time.Now()
+		if err != nil && p.fnState.Load() == fnUnknown {
+			if p.probes++; p.probes >= maxProbes {
+				p.fnState.Store(fnOff)
+			}
+		}
+	}()
 }
 
 // LoadFunctions loads the library given to UseFunctions on the master, if
@@ -69,29 +97,34 @@ func (p *Pipeline) LoadFunctions(ctx context.Context) error {
 	if p.fns == nil || p.fnState.Load() == fnOff {
 		return nil
 	}
-	if err := p.loadFunctions(ctx); err != nil && !isRedisError(err) {
+	if err := p.loadFunctions(ctx, true); err != nil && !isRedisError(err) {
 		return err
 	}
 	return nil
 }
 
-// loadFunctions sends FUNCTION LOAD and records the master's answer. It
-// returns nil where the library is there now.
-func (p *Pipeline) loadFunctions(ctx context.Context) error {
+// loadFunctions sends FUNCTION LOAD and records the master's answer (see
+// loaded). It returns nil where the library is there now.
+func (p *Pipeline) loadFunctions(ctx context.Context, first bool) error {
 	cmd := redis.NewStatusCmd(ctx, "function", "load", p.fns.code)
 	_ = p.proc.Process(ctx, cmd)
-	return p.loaded(cmd.Err())
+	return p.loaded(cmd.Err(), first)
 }
 
-// loaded records the answer err to a FUNCTION LOAD and returns nil where
-// the library is there now: loaded, or already there (another client of
-// the same code loaded it).
-func (p *Pipeline) loaded(err error) error {
+// loaded records the answer err to a FUNCTION LOAD, a first one or a
+// reload, and returns nil where the library is there now: loaded, or
+// already there (another client of the same code loaded it). A refusal
+// turns FCALLs off for good; an error reply that may pass (OOM, LOADING,
+// BUSY...) or no answer changes nothing.
+func (p *Pipeline) loaded(err error, first bool) error {
 	switch {
 	case err == nil || redis.HasErrorPrefix(err, "Library") && strings.Contains(err.Error(), "already exists"):
-		p.fnState.Store(fnOn)
+		if first {
+			p.fnState.CompareAndSwap(fnUnknown, fnOn)
+		}
 		return nil
-	case isRedisError(err):
+	case redis.HasErrorPrefix(err, "unknown command"), redis.HasErrorPrefix(err, "unknown subcommand"),
+		redis.HasErrorPrefix(err, "NOPERM"):
 		p.fnState.Store(fnOff)
 	}
 	return err
@@ -107,6 +140,25 @@ func (c *call) fcall(ctx context.Context, f *Functions, s *redis.Script, keys Ke
 	return c.command(ctx, "fcall", name, keys, args)
 }
 
+// asScript reports whether cmd did not run and must be sent as EVAL: an
+// EVALSHA whose script the master lacks, or an FCALL whose function it
+// lacks (a reload failed), that it refuses (then p sends no more FCALLs),
+// or that it turned away before running where an EVAL would run (see
+// notRunHere).
+func (p *Pipeline) asScript(cmd *redis.Cmd) bool {
+	switch err := cmd.Err(); {
+	case isNoScript(err):
+		return true
+	case cmd.Name() != "fcall" || err == nil:
+		return false
+	case fcallRefused(err):
+		p.fnState.Store(fnOff)
+		return true
+	default:
+		return noFunction(err) || notRunHere(err)
+	}
+}
+
 // noFunction reports whether err says that an FCALL did not run because
 // the function is not there: the master lost its functions (it restarted
 // empty, FUNCTION FLUSH).
@@ -115,22 +167,28 @@ func noFunction(err error) bool {
 }
 
 // fcallRefused reports whether err says that an FCALL did not run because
-// the master, or a proxy before it, does not let it: the call is sent as a
-// script instead, and so is every later one.
+// the master, or a proxy before it, does not let it.
 func fcallRefused(err error) bool {
-	return redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM")
+	return redis.HasErrorPrefix(err, "unknown command") ||
+		redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall'")
+}
+
+// notRunHere reports whether err is how a master turns away a call of a
+// function that may write, before running it, where it would have run the
+// same script sent with EVAL until its first write: out of memory (where
+// even that write may pass, as a PEXPIRE does), or refusing writes
+// (MISCONF, NOREPLICAS, READONLY). An error raised while a function runs
+// names the script (" script: "), so it is never taken for one of these.
+func notRunHere(err error) bool {
+	for _, prefix := range []string{"OOM", "MISCONF", "NOREPLICAS", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return !strings.Contains(err.Error(), " script: ")
+		}
+	}
+	return false
 }
 
 func isRedisError(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
-}
-
-// Code returns the library's code, as FUNCTION LOAD takes it.
-func (f *Functions) Code() string { return f.code }
-
-// Name returns the name of the function that runs s, "" if f has none.
-func (f *Functions) Name(s *redis.Script) string {
-	n, _ := f.names[s].(string)
-	return n
 }

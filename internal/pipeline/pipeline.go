@@ -123,6 +123,11 @@ type Pipeline struct {
 	loose     int       // calls in queue that may be shed
 	stats     stats
 
+	// Loads of the library while fnState is unknown (see probeLocked).
+	probing bool      // one is under way
+	probed  time.Time // when the last one ended
+	probes  int       // how many got no usable answer
+
 	// Drainer state, reused from batch to batch.
 	pipe  redis.Pipeliner
 	batch []*call
@@ -165,7 +170,7 @@ type call struct {
 	args     []any
 	mustSend bool       // never refused for a full queue nor dropped once queued
 	detach   bool       // sent alone on a goroutine of its own (Run's mustSend)
-	argv     []any      // EVALSHA's arguments; its buffer is reused
+	argv     []any      // EVALSHA's or FCALL's arguments; its buffer is reused
 	cmd      *redis.Cmd // what was sent
 	hooks
 
@@ -330,6 +335,7 @@ func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []a
 		p.mu.Unlock()
 		return 0, ErrClosed
 	}
+	p.probeLocked()
 	if h.skip != nil && h.skip.Skip(h.index) {
 		p.stats.skipped++
 		p.mu.Unlock()
@@ -472,22 +478,18 @@ func newCmd(ctx context.Context, argv []any) *redis.Cmd {
 }
 
 // runAlone sends s as Script.Run does (EVALSHA, then EVAL on NOSCRIPT),
-// with the keys boxed once.
+// with the keys boxed once, or as an FCALL (see UseFunctions): where the
+// master lost the function, after loading it again; as EVAL where the
+// FCALL did not run and a script would (see asScript).
 func (p *Pipeline) runAlone(ctx context.Context, s *redis.Script, keys Keys, args []any) (int64, error) {
 	if p.proc == nil {
 		return s.Run(ctx, p.client, keys.Names, args...).Int64()
 	}
 	c := callPool.Get().(*call)
 	defer c.recycle()
-	var cmd *redis.Cmd
-	if p.useFunctions(ctx) {
-		cmd = c.fcall(ctx, p.fns, s, keys, args)
-	}
-	if cmd == nil {
-		cmd = c.evalSHA(ctx, s, keys, args)
-	}
+	cmd := p.build(ctx, c, s, keys, args)
 	_ = p.proc.Process(ctx, cmd)
-	if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx) == nil {
+	if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx, false) == nil {
 		cmd = newCmd(ctx, cmd.Args())
 		_ = p.proc.Process(ctx, cmd)
 	}
@@ -495,23 +497,6 @@ func (p *Pipeline) runAlone(ctx context.Context, s *redis.Script, keys Keys, arg
 		return s.Eval(ctx, p.client, keys.Names, args...).Int64()
 	}
 	return cmd.Int64()
-}
-
-// asScript reports whether cmd did not run and must be sent as EVAL: an
-// EVALSHA whose script the master lacks, or an FCALL whose function it
-// still lacks (a reload failed) or that it refuses; after a refusal, p
-// sends no more FCALLs.
-func (p *Pipeline) asScript(cmd *redis.Cmd) bool {
-	switch err := cmd.Err(); {
-	case isNoScript(err):
-		return true
-	case cmd.Name() != "fcall":
-		return false
-	case fcallRefused(err):
-		p.fnState.Store(fnOff)
-		return true
-	}
-	return noFunction(cmd.Err())
 }
 
 // scriptHashes maps a *redis.Script to its SHA1 as an any, so that queued
@@ -658,8 +643,7 @@ func (p *Pipeline) doneLocked(c *call, val int64, err error) {
 // cmd; calls that did not run for want of their script or function are
 // sent again, together (see resend). It reports whether it did that. The
 // batch runs until the latest deadline of its calls, a call without one or
-// mustSend counting as limit from now, and at most until then. The first
-// batch of a Pipeline that may use functions loads them before it.
+// mustSend counting as limit from now, and at most until then.
 func (p *Pipeline) send(batch []*call) (resent bool) {
 	limit := time.Now().Add(p.limit)
 	var deadline time.Time
@@ -680,9 +664,6 @@ func (p *Pipeline) send(batch []*call) (resent bool) {
 	defer cancel()
 	if p.pipe == nil {
 		p.pipe = p.piper.Pipeline()
-	}
-	if p.fns != nil && p.fnState.Load() == fnUnknown {
-		_ = p.loadFunctions(ctx) // for the batches to come
 	}
 	_ = p.pipe.BatchProcess(ctx, p.cmds...)
 	clear(p.cmds)
@@ -726,7 +707,7 @@ func (p *Pipeline) resend(ctx context.Context, batch []*call) bool {
 	}
 	_, _ = p.pipe.Exec(ctx)
 	if load != nil {
-		_ = p.loaded(load.Err())
+		_ = p.loaded(load.Err(), false)
 	}
 	return true
 }

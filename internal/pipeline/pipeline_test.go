@@ -28,13 +28,13 @@ var (
 // testLimit bounds every batch in these tests; no test waits for it.
 const testLimit = 10 * time.Second
 
-// startMaster starts one master and returns it, an admin client and a
-// Pipeline over a client whose timeouts come from contexts only (its read
-// and write timeouts are long), so a paused master holds a call until
-// Resume or the call's deadline.
-func startMaster(t *testing.T) (harness.Master, *redis.Client, *Pipeline) {
+// startMaster starts one master, with redis-server arguments args, and
+// returns it, an admin client and a Pipeline over a client whose timeouts
+// come from contexts only (its read and write timeouts are long), so a
+// paused master holds a call until Resume or the call's deadline.
+func startMaster(t *testing.T, args ...string) (harness.Master, *redis.Client, *Pipeline) {
 	t.Helper()
-	cluster := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	cluster := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: args})
 	opt := harness.MasterOptions(cluster.Masters[0].Addr())
 	opt.ReadTimeout, opt.WriteTimeout = testLimit, testLimit
 	client := redis.NewClient(opt)
