@@ -137,7 +137,7 @@ func (c *call) fcall(ctx context.Context, f *Functions, s *redis.Script, keys Ke
 	if !ok {
 		return nil
 	}
-	return c.command(ctx, "fcall", name, keys, args)
+	return c.command(ctx, fcallName, name, keys, args)
 }
 
 // asScript reports whether cmd did not run and must be sent as EVAL: an
@@ -149,7 +149,7 @@ func (p *Pipeline) asScript(cmd *redis.Cmd) bool {
 	switch err := cmd.Err(); {
 	case isNoScript(err):
 		return true
-	case cmd.Name() != "fcall" || err == nil:
+	case err == nil || cmd.Name() != "fcall":
 		return false
 	case fcallRefused(err):
 		p.fnState.Store(fnOff)
@@ -163,7 +163,7 @@ func (p *Pipeline) asScript(cmd *redis.Cmd) bool {
 // the function is not there: the master lost its functions (it restarted
 // empty, FUNCTION FLUSH).
 func noFunction(err error) bool {
-	return redis.HasErrorPrefix(err, "Function not found")
+	return err != nil && redis.HasErrorPrefix(err, "Function not found")
 }
 
 // fcallRefused reports whether err says that an FCALL did not run because

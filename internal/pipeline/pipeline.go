@@ -438,8 +438,11 @@ func (p *Pipeline) endAlone() (drain bool) {
 // evalSHA builds, in c's reused argument buffer, the EVALSHA command of s
 // with keys and args.
 func (c *call) evalSHA(ctx context.Context, s *redis.Script, keys Keys, args []any) *redis.Cmd {
-	return c.command(ctx, "evalsha", boxedHash(s), keys, args)
+	return c.command(ctx, evalSHAName, boxedHash(s), keys, args)
 }
+
+// The command names, boxed once: a string boxed anew allocates.
+var evalSHAName, fcallName any = "evalsha", "fcall"
 
 // build builds the command of call c: FCALL where p sends them, else
 // EVALSHA.
@@ -454,7 +457,7 @@ func (p *Pipeline) build(ctx context.Context, c *call, s *redis.Script, keys Key
 
 // command builds, in c's reused argument buffer, the command name (EVALSHA
 // or FCALL) of script or function id, with keys and args.
-func (c *call) command(ctx context.Context, name string, id any, keys Keys, args []any) *redis.Cmd {
+func (c *call) command(ctx context.Context, name, id any, keys Keys, args []any) *redis.Cmd {
 	c.argv = append(c.argv, name, id, len(keys.Names))
 	if keys.boxed != nil {
 		c.argv = append(c.argv, keys.boxed...)
