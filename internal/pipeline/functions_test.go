@@ -62,6 +62,21 @@ func batchOfEchoes(t *testing.T, m harness.Master, p *Pipeline, n, base int) {
 	require.NoError(t, <-occupied)
 }
 
+// inBatch makes n calls at once, each with call, as one batch: behind a
+// call that holds p busy on a paused m (otherScript: EVALSHA).
+func inBatch(t *testing.T, m harness.Master, p *Pipeline, n int, call func()) {
+	t.Helper()
+	occupied := occupy(t, m, p)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(call)
+	}
+	poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == n })
+	require.NoError(t, m.Resume(t.Context()))
+	wg.Wait()
+	require.NoError(t, <-occupied)
+}
+
 // The first call goes as EVALSHA and loads the library in the background;
 // later calls go as FCALL, alone and in batches; a master that lost its
 // functions gets them again, from a call sent alone and from a batch, and
@@ -111,18 +126,10 @@ func TestPipelineFunctionErrorRunsOnce(t *testing.T) {
 	require.ErrorContains(t, err, "failed after a write")
 	assert.Equal(t, int64(1), getInt(t, admin, "n"), "alone")
 
-	occupied := occupy(t, m, p)
-	var wg sync.WaitGroup
-	for range 5 {
-		wg.Go(func() {
-			_, err := p.Run(t.Context(), failScript, NewKeys("n"), nil, false)
-			assert.ErrorContains(t, err, "failed after a write")
-		})
-	}
-	poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == 5 })
-	require.NoError(t, m.Resume(t.Context()))
-	wg.Wait()
-	require.NoError(t, <-occupied)
+	inBatch(t, m, p, 5, func() {
+		_, err := p.Run(t.Context(), failScript, NewKeys("n"), nil, false)
+		assert.ErrorContains(t, err, "failed after a write")
+	})
 	assert.Equal(t, int64(6), getInt(t, admin, "n"), "in a batch")
 	assert.Equal(t, fnOn, p.fnState.Load())
 }
@@ -231,19 +238,11 @@ func TestPipelineFunctionOutOfMemory(t *testing.T) {
 	require.NoError(t, err, "alone")
 	assert.Equal(t, int64(1), v)
 
-	occupied := occupy(t, m, p)
-	var wg sync.WaitGroup
-	for range 5 {
-		wg.Go(func() {
-			v, err := p.Run(t.Context(), pexpireScript, NewKeys("k"), nil, false)
-			assert.NoError(t, err, "in a batch")
-			assert.Equal(t, int64(1), v)
-		})
-	}
-	poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == 5 })
-	require.NoError(t, m.Resume(t.Context()))
-	wg.Wait()
-	require.NoError(t, <-occupied)
+	inBatch(t, m, p, 5, func() {
+		v, err := p.Run(t.Context(), pexpireScript, NewKeys("k"), nil, false)
+		assert.NoError(t, err, "in a batch")
+		assert.Equal(t, int64(1), v)
+	})
 	_, rejected := commandStats(t, admin)
 	assert.Equal(t, 6, rejected["fcall"], "each FCALL was tried, and turned away")
 	assert.Equal(t, fnOn, p.fnState.Load(), "functions stay on")
@@ -342,19 +341,26 @@ func TestPipelineFunctionsWithoutAnswer(t *testing.T) {
 // Behind a proxy that swallows FUNCTION, a load waits for the Pipeline's
 // limit: calls do not wait for it.
 func TestPipelineFunctionsLoadHeld(t *testing.T) {
+	var p *Pipeline
+	// Registered before the proxy's cleanup, so it runs after it: the
+	// proxy closes the held load's connection, then Close need not wait
+	// for the limit.
+	t.Cleanup(func() {
+		if p != nil {
+			p.Close()
+		}
+	})
 	cluster := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
 	opt := harness.MasterOptions(functionProxy(t, cluster.Masters[0].Addr(), true))
 	opt.ReadTimeout, opt.WriteTimeout = testLimit, testLimit
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
-	// The load is held for the limit; a call that waited for it would end
-	// with its own deadline, earlier.
-	const limit, deadline = 1500 * time.Millisecond, time.Second
-	p := New(client, limit)
+	// The load is held until the test ends (or the limit, 10s); a call
+	// that waited for it would end with its own deadline, 1s.
+	p = New(client, testLimit)
 	p.UseFunctions(testFunctions)
-	t.Cleanup(p.Close) // waits for the load: 1.5s
 	for i := range 10 {
-		ctx, cancel := context.WithTimeout(t.Context(), deadline)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		v, err := p.Run(ctx, incrScript, NewKeys("k"), nil, false)
 		cancel()
 		require.NoError(t, err, "call %d", i)
