@@ -306,10 +306,10 @@ func (c *Client) Masters() []string {
 // LoadScripts loads every script on every master, as a library of Redis
 // Functions where the master takes one and as scripts in any case, so that
 // the first operations need no fallback. It is optional: a master that
-// lacks a script or the library (it restarted, say) gets it on first use. It blocks until every
-// master answered, ctx ended or Close gave up on what is in flight, each
-// load bounded by 4*MasterTimeout, and returns the masters' errors joined
-// (ErrClosed after Close).
+// lacks a script or the library (it restarted, say) gets it on first use.
+// It blocks until every master answered, ctx ended or Close gave up on
+// what is in flight, each load bounded by 4*MasterTimeout, and returns the
+// masters' errors joined (ErrClosed after Close).
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err

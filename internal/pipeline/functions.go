@@ -31,6 +31,11 @@ func NewFunctions(code string, names map[*redis.Script]string) *Functions {
 // Code returns the library's code, as FUNCTION LOAD takes it.
 func (f *Functions) Code() string { return f.code }
 
+// load returns the FUNCTION LOAD command of the library.
+func (f *Functions) load(ctx context.Context) *redis.StatusCmd {
+	return redis.NewStatusCmd(ctx, "function", "load", f.code)
+}
+
 // Name returns the name of the function that runs s, "" if f has none.
 func (f *Functions) Name(s *redis.Script) string {
 	n, _ := f.names[s].(string)
@@ -106,7 +111,7 @@ func (p *Pipeline) LoadFunctions(ctx context.Context) error {
 // loadFunctions sends FUNCTION LOAD and records the master's answer (see
 // loaded). It returns nil where the library is there now.
 func (p *Pipeline) loadFunctions(ctx context.Context, first bool) error {
-	cmd := redis.NewStatusCmd(ctx, "function", "load", p.fns.code)
+	cmd := p.fns.load(ctx)
 	_ = p.proc.Process(ctx, cmd)
 	return p.loaded(cmd.Err(), first)
 }

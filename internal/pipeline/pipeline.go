@@ -694,7 +694,7 @@ func (p *Pipeline) resend(ctx context.Context, batch []*call) bool {
 	for _, c := range batch {
 		if noFunction(c.cmd.Err()) && p.fnState.Load() == fnOn {
 			if load == nil {
-				load = redis.NewStatusCmd(ctx, "function", "load", p.fns.code)
+				load = p.fns.load(ctx)
 				_ = p.pipe.Process(ctx, load) // queued on p.pipe, first
 			}
 			c.cmd = newCmd(ctx, c.cmd.Args())
