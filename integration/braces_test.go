@@ -128,18 +128,23 @@ func TestBraceKeysWorkOnClusterMasters(t *testing.T) {
 }
 
 // fenceKey returns the one key on master i that holds a released lock's
-// fencing counter.
+// fencing counter. A release returns once a quorum has answered, so it
+// waits up to 5s for master i's.
 func fenceKey(t *testing.T, cl *integration.Cluster, i int) string {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := cl.Admin(i).Keys(ctx, "*").Result()
-	require.NoError(t, err)
-	var free []string
-	for _, k := range keys {
-		if v, _ := cl.Admin(i).Get(ctx, k).Result(); isFree(v) {
-			free = append(free, k)
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		keys, err := cl.Admin(i).Keys(ctx, "*").Result()
+		require.NoError(t, err)
+		var free []string
+		for _, k := range keys {
+			if v, _ := cl.Admin(i).Get(ctx, k).Result(); isFree(v) {
+				free = append(free, k)
+			}
+		}
+		if len(free) == 1 || time.Now().After(end) {
+			require.Len(t, free, 1, "of %q", keys)
+			return free[0]
 		}
 	}
-	require.Len(t, free, 1, "of %q", keys)
-	return free[0]
 }
