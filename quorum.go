@@ -184,7 +184,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	c.inflight.Add(n)
 	c.mu.RUnlock()
 	for i := range c.nodes {
-		go c.call(callCtx, r, i)
+		c.goCall(callCtx, r, i)
 	}
 
 	agreed, refused := 0, 0

@@ -140,6 +140,7 @@ type Client struct {
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
 	inflight sync.WaitGroup // calls to masters, including background ones
+	callers  callers        // run the rounds' calls
 
 	cleaners       []cleaner          // one per master: cleanup retries
 	shutdown       chan struct{}      // closed by Close: pending cleanup retries at once
@@ -191,6 +192,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		watches:       map[string]*watch{},
 		cleaners:      make([]cleaner, n),
 		shutdown:      make(chan struct{}),
+		callers:       newCallers(n),
 	}
 	c.abandon, c.abandonCleanup = context.WithCancel(context.Background())
 	if c.quorum == 0 {
@@ -399,6 +401,7 @@ func (c *Client) Close() error {
 		gaveUp = true
 	}
 	c.abandonCleanup() // releases the context; nothing is pending
+	c.endCallers()
 	// The pipelines may still send undos whose callers stopped waiting:
 	// within the grace, or not at all.
 	pipes := make(chan struct{})
