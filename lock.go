@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -425,15 +424,15 @@ func (l *Lock) checkHeld(op string) error {
 }
 
 // Extend sets the lock's TTL to ttl from now on every master that still
-// holds it for this owner; a master where the key has gone is left alone.
-// It succeeds only if a quorum did so with validity left, and then moves
-// Until forward. If the lock's validity has already run out, Extend writes
+// holds it for this owner, unless the key's TTL there is longer: it never
+// shortens the lock on a master, so that its calls, which may land after
+// the round failed or even after a later Extend, cannot cut the lock short.
+// A master where the key has gone is left alone. It succeeds only if a
+// quorum did so with validity left, and then sets Until to ttl from the
+// round's start, less the drift allowance (earlier than before if ttl is
+// shorter). If the lock's validity has already run out, Extend writes
 // nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
-// wrapping ErrNotHeld; Until is then unchanged, unless ttl would end the
-// lock sooner: the calls may still reach the masters after the failure, so
-// Until moves to the earlier of the two deadlines. (A call that timed out
-// may land even later, after another Extend: changing the TTL while a
-// master stalls can cut the lock short there.)
+// wrapping ErrNotHeld, and Until is unchanged.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
@@ -456,7 +455,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return err
 	}
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
-	sent := ctx.Err() == nil           // else the round sends nothing
 	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{
 		name:         name,
@@ -469,33 +467,13 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		refusedAfter: l.repairOn(end),
 	})
 	if err != nil {
-		// Its calls go on after the decision, and may yet set a shorter
-		// TTL on a quorum.
-		if sent && end.Before(l.Until()) && !surelyUnsent(err) {
-			_ = l.setUntil(end) // an error: lost already
-		}
-		return err
+		return err // its calls, which may still land, never shorten the lock
 	}
 	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
 		return fmt.Errorf("%w: %s %q: lost before it completed: %w", ErrNotHeld, name, l.key, err)
 	}
 	l.ttl = ttl
 	return nil
-}
-
-// surelyUnsent reports whether err, a failed round's, says that no call
-// was sent to any master.
-func surelyUnsent(err error) bool {
-	var qe *QuorumError
-	if !errors.As(err, &qe) {
-		return false
-	}
-	for _, m := range qe.Masters {
-		if !errors.Is(m.Err, pipeline.ErrNotSent) {
-			return false
-		}
-	}
-	return true
 }
 
 // repairOn returns what an extend whose validity ends by until runs on

@@ -163,7 +163,9 @@ if holder then
     if waited == '0' then redis.call('SET', KEYS[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
     return 0
   end
-  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', ARGV[2])
+  -- Never a shorter TTL than the key has (see extend).
+  local ttl = math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1]))
+  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', ttl)
   if ARGV[4] == '0' then return 1 end
   return token
 end
@@ -206,10 +208,15 @@ return 1
 
 --- extend @value
 -- Sets a new TTL only where this Lock still holds the lock; a missing key is
--- never re-created.
+-- never re-created. It never shortens the key's TTL: an extend or re-entry
+-- whose call timed out may land after a later one that succeeded (on
+-- another connection, through a client that does not pipeline, or a proxy
+-- that relays each connection on its own), and must not cut the lock short
+-- of the validity the Lock counts on.
 local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
 if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
-return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
 
 --- repair @value @tokens @readers
 -- After an extend that a quorum decided without this master, sets the
@@ -300,7 +307,7 @@ else
     if waiting and waiting ~= ARGV[1] then return 0 end
   end
 end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[2], 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see extend)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
 for _, k in ipairs({KEYS[2], KEYS[3]}) do
   if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
@@ -311,7 +318,7 @@ return 1
 local now = trimReaders(KEYS)
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
-redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[2], 'XX', 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see extend)
 for _, k in ipairs({KEYS[2], KEYS[3]}) do
   if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
 end

@@ -62,3 +62,46 @@ func TestAcquireTokenOnARealMaster(t *testing.T) {
 		assert.Equal(t, "9000000000000000000", text, way)
 	}
 }
+
+// An extend or re-entry never shortens a lock's TTL, so that one whose
+// call timed out and lands after a later, longer one cannot cut the lock
+// short of what its Lock counts on. A longer one still lengthens it.
+func TestExtendNeverShortensOnARealMaster(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	rdb := cl.Admin(0)
+	ctx := t.Context()
+	const long, short, longer = 60_000, 5_000, 120_000 // ms
+	// run runs script s of a Lock of "owner" (nonce "nonce") on name's
+	// keys with ttl and holds.
+	run := func(m *mode, s *redis.Script, name string, ttl, holds int64) int64 {
+		t.Helper()
+		v, err := s.Run(ctx, rdb, m.keys("", name), "owner", ttl, holds, "0", 0, "nonce").Int64()
+		require.NoError(t, err)
+		return v
+	}
+	// left returns the TTL in ms of key, or of the reader's entry in the
+	// sorted set key:r for a read lock.
+	left := func(m *mode, name string) int64 {
+		t.Helper()
+		k := lockKey(name)
+		if m == readMode {
+			score, err := rdb.ZScore(ctx, k+":r", "owner").Result()
+			require.NoError(t, err)
+			now, err := rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			return int64(score) - now.UnixMilli()
+		}
+		d, err := rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		return d.Milliseconds()
+	}
+	for name, m := range map[string]*mode{"exclusive": exclusiveMode, "write": writeMode, "read": readMode} {
+		require.Positive(t, run(m, m.acquire, name, long, 1), name)
+		require.Positive(t, run(m, m.extend, name, short, 1), name)
+		assert.Greater(t, left(m, name), int64(long-10_000), "%s: an extend shortened the lock", name)
+		require.Positive(t, run(m, m.acquire, name, short, 2), name)
+		assert.Greater(t, left(m, name), int64(long-10_000), "%s: a re-entry shortened the lock", name)
+		require.Positive(t, run(m, m.extend, name, longer, 2), name)
+		assert.Greater(t, left(m, name), int64(longer-10_000), "%s: an extend did not lengthen the lock", name)
+	}
+}
