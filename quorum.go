@@ -76,7 +76,7 @@ type outcome struct {
 }
 
 // round is the shared state of one op's fan-out. The decider (Client.do)
-// and one goroutine per master communicate through it:
+// and one goroutine per master (a caller) communicate through it:
 //   - a goroutine writes its slot, then sends the slot's index on replies;
 //   - the decider marks the slots it read, sets failed, then closes decided;
 //   - after decided, a goroutine reads failed; if the round failed it
