@@ -121,6 +121,19 @@ backend_tests+='|LostSignalWhenQuorumIsGone|PausedHolderLateWriteIsRejected|Paus
 backend_tests+='|RefusedAcquireDoesNotWaitForPausedMaster|ReleaseAfterRepairOfWithdrawnMaster|ReplicaDoesNotCount'
 backend_tests+='|RestartedMasterIsIdentifiedAgain|ThreeDeadMastersFailAndLeaveNothing|TwoDeadMastersStillAcquire'
 backend_tests+='|VerifyIsBoundedWhenAMasterIsPaused)$'
+# Every test the list names must exist: a renamed one would drop out of -run
+# silently.
+check_backend_tests() {
+	missing=0
+	for name in $(printf '%s' "$backend_tests" | sed 's/^\^Test(//; s/)\$$//' | tr '|' '\n' | grep -v '\\w'); do
+		if ! grep -q "^func Test$name(" integration/*_test.go; then
+			echo "test.sh: backend_tests names Test$name, which integration/ does not have" >&2
+			missing=1
+		fi
+	done
+	return $missing
+}
+run_step "container test list names existing tests" check_backend_tests
 if [ "${REDLOCK_CONTAINER_TESTS:-}" = all ]; then backend_tests=.; fi
 run_step "go test -race (integration, containers)" containers integration -run "$backend_tests" .
 run_step "go test -race (mutex and rwmutex, containers)" containers integration ./mutextest ./rwmutextest
