@@ -114,7 +114,9 @@ type Options struct {
 // Client acquires locks on a set of independent Redis masters.
 // It is safe for concurrent use. Make one with New: the methods of a zero
 // or nil Client return an error wrapping ErrInvalidArgument (or zero
-// results) and do nothing.
+// results) and do nothing. Between operations a Client keeps the
+// goroutines that ran its calls to masters waiting for the next ones, up
+// to 16 per master; Close ends them.
 type Client struct {
 	nodes         []node
 	quorum        int
