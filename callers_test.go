@@ -41,23 +41,14 @@ func TestCallersAreReused(t *testing.T) {
 	require.NoError(t, c.Close())
 }
 
-// waitCallers waits until at most n of c's callers are alive; the bound
-// leaves room for a busy machine.
-func waitCallers(t *testing.T, c *Client, n int32) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for c.callers.alive.Load() > n {
-		require.True(t, time.Now().Before(deadline), "%d callers alive after 5s, want at most %d", c.callers.alive.Load(), n)
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Callers beyond maxIdle end instead of waiting.
 func TestCallersWaitingAreBounded(t *testing.T) {
 	c := newFakeClient(t, fakes(5), nil)
 	c.callers.maxIdle = 2
 	lockUnlock(t, c, 5)
-	waitCallers(t, c, 2)
+	// The bound leaves room for a busy machine.
+	require.Eventually(t, func() bool { return c.callers.alive.Load() <= 2 },
+		5*time.Second, 5*time.Millisecond, "more than 2 callers alive after 5s")
 	assert.LessOrEqual(t, c.callers.idle.Load(), int32(2))
 }
 
@@ -70,11 +61,8 @@ func TestCallersRunUnderTheCallersLabels(t *testing.T) {
 		_, err := c.Acquire(ctx, "first", 2*time.Hour)
 		require.NoError(t, err)
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for c.callers.idle.Load() < 1 {
-		require.True(t, time.Now().Before(deadline), "no caller waiting after 5s")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return c.callers.idle.Load() >= 1 },
+		5*time.Second, time.Millisecond, "no caller waiting after 5s")
 	time.Sleep(50 * time.Millisecond) // from counting itself idle to waiting: microseconds
 	started := c.callers.started.Load()
 
@@ -84,10 +72,8 @@ func TestCallersRunUnderTheCallersLabels(t *testing.T) {
 		_, err := c.Acquire(ctx, "second", 2*time.Hour)
 		done <- err
 	})
-	for fs[0].entered.Load() < 2 {
-		require.True(t, time.Now().Before(deadline.Add(5*time.Second)), "the second call never reached the master")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return fs[0].entered.Load() >= 2 },
+		5*time.Second, time.Millisecond, "the second call never reached the master")
 	var profile strings.Builder
 	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&profile, 1))
 	fs[0].unblock()

@@ -87,6 +87,23 @@ local function nextToken(counter, proposal, ttl)
   return counter:sub(1, i - 1) .. string.char(counter:byte(i) + 1) .. string.rep('0', #counter - i)
 end
 
+--- @ttl
+-- A lock's TTL is never shortened on a master: an extend or re-entry whose
+-- call timed out may land after a later one that succeeded (on another
+-- connection, through a client that does not pipeline, or a proxy that
+-- relays each connection on its own), and must not cut the lock short of
+-- the validity its Lock counts on.
+
+-- atLeast returns ttl (ms), or key's TTL where that is longer.
+local function atLeast(key, ttl)
+  return math.max(ttl, redis.call('PTTL', key))
+end
+
+-- lengthen sets key's TTL to ttl (ms) unless it is that long already.
+local function lengthen(key, ttl)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+
 --- @value
 -- Lock values. A held lock's K holds the string "holds:token:waited:holder":
 -- holds and token in decimal, waited "1" once an acquire was refused while
@@ -148,7 +165,7 @@ local function trimReaders(keys)
   return now
 end
 
---- acquire @value @tokens @readers
+--- acquire @value @tokens @readers @ttl
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
 -- not fencing). Only the Lock that holds it (same owner and nonce) may
 -- re-enter: that keeps its token and renews the TTL. Another Lock of the
@@ -163,9 +180,7 @@ if holder then
     if waited == '0' then redis.call('SET', KEYS[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
     return 0
   end
-  -- Never a shorter TTL than the key has (see extend).
-  local ttl = math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1]))
-  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', ttl)
+  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', atLeast(KEYS[1], tonumber(ARGV[2])))
   if ARGV[4] == '0' then return 1 end
   return token
 end
@@ -206,19 +221,15 @@ if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 if less(token, ARGV[3]) then redis.call('SET', KEYS[1], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL') end
 return 1
 
---- extend @value
--- Sets a new TTL only where this Lock still holds the lock; a missing key is
--- never re-created. It never shortens the key's TTL: an extend or re-entry
--- whose call timed out may land after a later one that succeeded (on
--- another connection, through a client that does not pipeline, or a proxy
--- that relays each connection on its own), and must not cut the lock short
--- of the validity the Lock counts on.
+--- extend @value @ttl
+-- Sets a new TTL only where this Lock still holds the lock, never a shorter
+-- one (see @ttl); a missing key is never re-created.
 local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
 if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+lengthen(KEYS[1], tonumber(ARGV[2]))
 return 1
 
---- repair @value @tokens @readers
+--- repair @value @tokens @readers @ttl
 -- After an extend that a quorum decided without this master, sets the
 -- lock again here where this master lost it (it restarted empty, or the
 -- key expired) with the Lock's token ARGV[7]: never where any lock, reader
@@ -237,7 +248,7 @@ end
 local value = valueOf(ARGV[3], token, '0', holderOf(ARGV[6], ARGV[1]))
 if counter then
   -- The validity left may be shorter than the counter's TTL: never cut it.
-  redis.call('SET', KEYS[1], value, 'PX', math.max(tonumber(ARGV[2]), redis.call('PTTL', KEYS[1])))
+  redis.call('SET', KEYS[1], value, 'PX', atLeast(KEYS[1], tonumber(ARGV[2])))
 elseif not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return 0
 end
@@ -288,7 +299,7 @@ if ARGV[7] == '2' then mark() end
 if waited == '1' or KEYS[2] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
 return 1
 
---- read_acquire @value @readers
+--- read_acquire @value @readers @ttl
 -- Granted unless another owner holds the write lock, or a writer waits and
 -- this owner does not read yet. Each reader expires on its own. The write
 -- lock's release publishes in any case.
@@ -307,21 +318,19 @@ else
     if waiting and waiting ~= ARGV[1] then return 0 end
   end
 end
-redis.call('ZADD', KEYS[2], 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see extend)
+redis.call('ZADD', KEYS[2], 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see @ttl)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
-for _, k in ipairs({KEYS[2], KEYS[3]}) do
-  if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
-end
+lengthen(KEYS[2], tonumber(ARGV[2]))
+lengthen(KEYS[3], tonumber(ARGV[2]))
 return 1
 
---- read_extend @readers
+--- read_extend @readers @ttl
 local now = trimReaders(KEYS)
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
 if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
-redis.call('ZADD', KEYS[2], 'XX', 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see extend)
-for _, k in ipairs({KEYS[2], KEYS[3]}) do
-  if redis.call('PTTL', k) < tonumber(ARGV[2]) then redis.call('PEXPIRE', k, ARGV[2]) end
-end
+redis.call('ZADD', KEYS[2], 'XX', 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see @ttl)
+lengthen(KEYS[2], tonumber(ARGV[2]))
+lengthen(KEYS[3], tonumber(ARGV[2]))
 return 1
 
 --- read_release @readers
