@@ -84,7 +84,7 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 	stop := context.AfterFunc(c.abandon, cancel)
 	defer stop()
 	if first {
-		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args, mustSend, evalHooks{})
+		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args, true)
 		return err
 	}
 	return cu.script.Eval(ctx, nd.client, cu.keys.Names, cu.args...).Err()

@@ -109,7 +109,7 @@ func (id *idCache) opened() uint64 {
 // trips (one in flight, then its own), or until ctx ends.
 func (id *idCache) get(ctx context.Context) (*serverID, error) {
 	for {
-		if s := id.current.Load(); s != nil && s.asked == id.asked.Load() && s.opened == id.opened() {
+		if s := id.fresh(); s != nil {
 			return s, nil
 		}
 		id.mu.Lock()
@@ -136,6 +136,14 @@ func (id *idCache) get(ctx context.Context) (*serverID, error) {
 		id.mu.Unlock()
 		return s, err
 	}
+}
+
+// fresh returns the cached identity, or nil if get would ask the server.
+func (id *idCache) fresh() *serverID {
+	if s := id.current.Load(); s != nil && s.asked == id.asked.Load() && s.opened == id.opened() {
+		return s
+	}
+	return nil
 }
 
 // refresh makes the next get ask the server again.
@@ -210,15 +218,38 @@ func infoField(info, field string) string {
 // opened for the call itself must be seen) and returns its run_id ("" if
 // unknown), and why its answer must not count: it is a replica, it is the
 // same server as a master before it, or it could not be identified.
+// It blocks while it asks the server (see idCache.get).
 func (c *Client) admit(ctx context.Context, i int) (string, error) {
 	id := c.nodes[i].id
 	if id == nil {
 		return "", nil
 	}
 	s, err := id.get(ctx)
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", fmt.Errorf("identifying the server: %w", err)
+	}
+	return c.judge(i, s)
+}
+
+// admitKnown is admit without asking the server: known is false where
+// admit would ask it.
+func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
+	id := c.nodes[i].id
+	if id == nil {
+		return "", nil, true
+	}
+	s := id.fresh()
+	if s == nil {
+		return "", nil, false
+	}
+	runID, err = c.judge(i, s)
+	return runID, err, true
+}
+
+// judge returns the run_id of master i, which is server s, and why its
+// answer must not count (see admit).
+func (c *Client) judge(i int, s *serverID) (string, error) {
+	switch {
 	case s.role != "" && s.role != "master":
 		return s.runID, replicaError(s.role)
 	case s.runID == "":

@@ -290,11 +290,12 @@ func (l *Lock) sendsTTL(ttl time.Duration) {
 // acquire, the master's late agreement and the release's answer there meet
 // in releasedOn, whichever comes second, so that the delete is sent only
 // where the release missed; for a re-entry, whenever the lock is released.
+// The delete runs in the background: what it returns does not block.
 func (l *Lock) lateAgreement(holds int) func(context.Context, int, bool) {
 	if holds > 1 {
 		return func(ctx context.Context, i int, unknown bool) {
 			if l.released.Load() {
-				l.dropOn(ctx, i, unknown)
+				l.client.spawn(func() { l.dropOn(ctx, i, unknown) })
 			}
 		}
 	}
@@ -312,7 +313,7 @@ func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
 
 // meet records one of the two events on master i, a late agreement (whose
 // outcome may be unknown) or a release that missed, and drops the lock
-// there if the other came first.
+// there, in the background, if the other came first. It does not block.
 func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown bool) {
 	bit := uint64(1) << i
 	l.lateMu.Lock()
@@ -324,7 +325,7 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown boo
 	unknown = l.lateUnknown&bit != 0
 	l.lateMu.Unlock()
 	if met {
-		l.dropOn(ctx, i, unknown)
+		l.client.spawn(func() { l.dropOn(ctx, i, unknown) })
 	}
 }
 
@@ -506,7 +507,7 @@ func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
 			return
 		}
 		args := append(l.args(ttl, holds), strconv.FormatUint(token, 10))
-		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, mayShed, evalHooks{})
+		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -216,46 +215,25 @@ type node struct {
 	id      *idCache           // the server it reaches; nil if it cannot be asked
 }
 
-// sendMode says what a master's pipeline may do with a call.
-type sendMode uint8
-
-const (
-	mayShed  sendMode = iota // refused at once when the master's queue is full
-	keep                     // never refused nor dropped once queued; sent alone on the caller's goroutine
-	mustSend                 // never refused nor dropped, sent even if ctx ends first
-)
-
-// evalHooks are what a quorum round adds to a call: see
-// pipeline.RunKept (skip, for keep) and RunWithdrawable (group and
-// unsent, for mayShed).
-type evalHooks struct {
-	skip   pipeline.Skipper
-	index  int
-	group  *pipeline.Group
-	unsent *atomic.Uint64
+// eval runs s on the master, through its pipeline, and waits for its reply
+// or for ctx to end (see pipeline.Run): mustSend calls are never refused
+// nor dropped, and sent even if ctx ends first. Every script replies with
+// an integer (a fencing token as decimal text) that is positive where the
+// master agreed; err reports a master that gave no usable answer (network
+// error, timeout, Redis error), or a call not sent (matching
+// pipeline.ErrNotSent).
+func (n *node) eval(ctx context.Context, s *redis.Script, keys pipeline.Keys, args []any, mustSend bool) (int64, error) {
+	v, err := n.pipe.Run(ctx, s, keys, args, mustSend)
+	return v, closedError(err)
 }
 
-// eval runs s on the master, through its pipeline. Every script replies
-// with an integer (a fencing token as decimal text) that is positive where
-// the master agreed; err reports a master that gave no usable answer
-// (network error, timeout, Redis error), or a call not sent (matching
-// pipeline.ErrNotSent). See pipeline.Run, RunKept and RunWithdrawable for
-// the modes and hooks.
-func (n *node) eval(ctx context.Context, s *redis.Script, keys pipeline.Keys, args []any, mode sendMode, h evalHooks) (int64, error) {
-	var v int64
-	var err error
-	switch {
-	case mode == keep:
-		v, err = n.pipe.RunKept(ctx, s, keys, args, h.skip, h.index)
-	case mode == mayShed && h.group != nil:
-		v, err = n.pipe.RunWithdrawable(ctx, s, keys, args, h.group, h.unsent, h.index)
-	default:
-		v, err = n.pipe.Run(ctx, s, keys, args, mode == mustSend)
-	}
+// closedError returns err, matching ErrClosed too where the pipeline was
+// closed.
+func closedError(err error) error {
 	if errors.Is(err, pipeline.ErrClosed) {
-		return 0, fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	return v, err
+	return err
 }
 
 // masterName names a master in errors: its address where the client tells

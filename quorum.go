@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,15 +32,15 @@ type op struct {
 	// from a proxy that forwarded the call), or failed without an answer
 	// then or before (a timed-out write may still land): such an agreement
 	// may land after the lock's release (see Lock.lateAgreement). unknown
-	// tells the last case.
+	// tells the last case. It must not block (see Client.settle).
 	late func(ctx context.Context, i int, unknown bool)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
-	// retried.
+	// retried. It must not block: it runs on the master's pipeline.
 	after func(ctx context.Context, i int, agreed bool)
 	// refusedAfter, if set, runs after a successful round on each master
 	// i that refused, whether before or after the decision (see
-	// Lock.repairOn).
+	// Lock.repairOn), on a goroutine of its own.
 	refusedAfter func(ctx context.Context, i int)
 	ttl          time.Duration // > 0: the round also needs validity left
 	// grantWithin, if > 0, is the latest a fencing acquire may be decided:
@@ -76,26 +78,50 @@ type outcome struct {
 }
 
 // round is the shared state of one op's fan-out. The decider (Client.do)
-// and one goroutine per master (a caller) communicate through it:
-//   - a goroutine writes its slot, then sends the slot's index on replies;
-//   - the decider marks the slots it read, sets failed, then closes decided;
-//   - after decided, a goroutine reads failed; if the round failed it
-//     tries once to undo its call, sends its index on finished, and goes
-//     on retrying the undo in the background if that try got no answer.
+// and the masters' pipelines, which answer each call through its slot
+// (see Client.complete), communicate through it:
+//   - a call's answer is written to its slot, then counted (tally), unless
+//     the count has closed; the answer that settles the count signals
+//     ready;
+//   - the decider waits for ready, the deadline or its context, closes
+//     the count, sets failed, then decides (Client.decide);
+//   - after that, each call that needs it settles (Client.settle): if the
+//     round failed it tries once to undo its call, sends its index on
+//     finished, and goes on retrying the undo in the background if that
+//     try got no answer.
+//
+// No goroutine waits for a call, and the decider wakes once: the pipelines
+// answer the calls, and only the work that may block (identifying a
+// server, undoing, repairing) gets a goroutine of its own.
 type round struct {
+	c        *Client
 	op       *op
+	ctx      context.Context // of the calls and what follows them (see do)
 	slots    []slot
-	replies  chan int
-	decided  chan struct{}
+	ready    chan struct{}  // cap 1: the count is settled
 	group    pipeline.Group // its withdrawable calls (see Client.withdraw)
 	start    time.Time      // set with an Observer only
 	failed   bool
 	finished chan int     // masters done with their undo; set for a failed round with undo
-	running  atomic.Int32 // goroutines still running
+	running  atomic.Int32 // calls not done with: answered, settled, and their goroutines ended
 	cancel   context.CancelFunc
+
+	mu       sync.Mutex
+	agreed   int    // agreements counted
+	refused  int    // other answers counted
+	max      int64  // the largest reply among the agreements counted
+	mixed    bool   // those replies were not all equal
+	signaled bool   // ready was sent
+	closed   bool   // the count is closed: later answers are late
+	decided  bool   // the decider has set failed
+	waiting  uint64 // masters that answered before the decision, to settle after it
 }
 
+// slot is one master's part of a round, and the pipeline.Completion of
+// its call.
 type slot struct {
+	r      *round
+	i      int
 	val    int64
 	err    error
 	server string // the master's run_id, "" if unknown (see Client.admit)
@@ -103,6 +129,10 @@ type slot struct {
 	// latency is the time from the round's start to the reply; set only
 	// with an Observer.
 	latency time.Duration
+	// What the answer says, before admit: the script applied (agreed),
+	// the master answered (no error), the outcome is unknown (see
+	// unanswered), the script may have applied.
+	applied, answered, unknown, mayHaveApplied bool
 }
 
 func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
@@ -155,10 +185,10 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	}
 	n := len(c.nodes)
 	r := &round{
-		op:      o,
-		slots:   make([]slot, n),
-		replies: make(chan int, n),
-		decided: make(chan struct{}),
+		c:     c,
+		op:    o,
+		slots: make([]slot, n),
+		ready: make(chan struct{}, 1),
 	}
 	if ctx.Err() != nil && !o.keep {
 		c.mu.RUnlock()
@@ -179,60 +209,25 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
 	deadline := time.NewTimer(c.masterTimeout) // of the decision
 	defer deadline.Stop()
-	r.cancel = cancel
+	r.ctx, r.cancel = callCtx, cancel
 	r.running.Store(int32(n))
 	c.inflight.Add(n)
 	c.mu.RUnlock()
 	for i := range c.nodes {
-		c.goCall(callCtx, r, i)
+		c.start(r, i)
 	}
 
-	agreed, refused := 0, 0
-	tally := func(i int) {
-		s := &r.slots[i]
-		s.read = true
-		if s.agreed() && s.server != "" {
-			// One server counts once, even if it was identified as the
-			// same as an earlier master only during this round.
-			for j := range r.slots {
-				if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
-					s.err = c.sameServer(j, i, s.server)
-					break
-				}
-			}
-		}
-		if s.agreed() {
-			if agreed > 0 && s.val != res.max {
-				res.mixed = true
-			}
-			res.max = max(res.max, s.val)
-			agreed++
-		} else {
-			refused++
-		}
+	select {
+	case <-r.ready:
+	case <-deadline.C:
+	case <-ctx.Done():
 	}
-	undecided := func() bool { return agreed < c.quorum && n-refused >= c.quorum }
-	timedOut := false
-wait:
-	for undecided() {
-		select {
-		case i := <-r.replies:
-			tally(i)
-			continue
-		case <-deadline.C:
-		case <-ctx.Done():
-		}
-		// Count what already arrived; the rest missed the deadline.
-		for undecided() {
-			select {
-			case i := <-r.replies:
-				tally(i)
-			default:
-				timedOut = true
-				break wait
-			}
-		}
-	}
+	// What was counted by now decides; the rest missed the deadline.
+	r.mu.Lock()
+	r.closed = true
+	agreed, timedOut := r.agreed, r.undecidedLocked()
+	res.max, res.mixed = r.max, r.mixed
+	r.mu.Unlock()
 	elapsed := time.Since(res.start)
 
 	ok := agreed >= c.quorum
@@ -242,7 +237,7 @@ wait:
 		c.withdraw(r, elapsed)
 	}
 	if ok && !expired {
-		close(r.decided)
+		c.decide(r)
 		if c.observer != nil { // reads only the slots read above
 			c.observeRound(ctx, r, res, elapsed, nil, timedOut)
 		}
@@ -250,9 +245,9 @@ wait:
 	}
 	r.failed = true
 	if o.undo != nil {
-		r.finished = make(chan int, n) // read by the calls once decided is closed
+		r.finished = make(chan int, n) // written by settle
 	}
-	close(r.decided)
+	c.decide(r)
 	if r.finished != nil {
 		var grace <-chan time.Time
 		if ctx.Err() == nil && !timedOut {
@@ -352,27 +347,31 @@ func (r *round) replied() bool {
 	return false
 }
 
-// call runs the round's script on master i and, if the round fails, undoes
-// it there; undo and o.retry retry in the background until the master
-// answers. It never blocks on the decider: replies and finished are
-// buffered for every master.
-func (c *Client) call(ctx context.Context, r *round, i int) {
-	defer c.inflight.Done()
-	defer func() {
-		if r.running.Add(-1) == 0 {
-			r.cancel()
-		}
-	}()
-	nd, o, s := &c.nodes[i], r.op, &r.slots[i]
-	mode := mayShed
-	if o.keep {
-		mode = keep
+// start sends round r's call to master i. Its pipeline answers it through
+// its slot (see complete), maybe before start returns.
+func (c *Client) start(r *round, i int) {
+	o, s := r.op, &r.slots[i]
+	s.r, s.i = r, i
+	opts := pipeline.Options{Index: i}
+	switch {
+	case o.keep:
+		opts.MustSend, opts.Skip = true, o.skip
+	case o.withdrawable:
+		opts.Group, opts.Unsent = &r.group, o.unsent
 	}
-	h := evalHooks{skip: o.skip, index: i}
-	if o.withdrawable {
-		h.group, h.unsent = &r.group, o.unsent
-	}
-	s.val, s.err = nd.eval(ctx, o.script, o.keys, o.args, mode, h)
+	c.nodes[i].pipe.Go(r.ctx, o.script, o.keys, o.args, opts, s)
+}
+
+// Complete is the answer to the slot's call: see Client.complete.
+func (s *slot) Complete(v int64, err error) { s.r.c.complete(s.r, s.i, v, err) }
+
+// complete takes master i's answer to its call of round r. It runs on the
+// master's pipeline, or where the call was answered unsent, so it does not
+// block: a server it must identify by asking, and what may follow the
+// decision, go on goroutines of their own.
+func (c *Client) complete(r *round, i int, v int64, err error) {
+	o, s := r.op, &r.slots[i]
+	s.val, s.err = v, closedError(err)
 	if o.unsent != nil && errors.Is(s.err, pipeline.ErrNotSent) {
 		o.unsent.Or(1 << i)
 	}
@@ -382,54 +381,168 @@ func (c *Client) call(ctx context.Context, r *round, i int) {
 	// A timed-out write may still land, and an error reply may come from a
 	// proxy that forwarded the call: only a call surely not sent did not
 	// apply. Where the outcome is unknown, an undo may overtake the call.
-	unknown := unanswered(s.err)
-	mayHaveApplied := s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
-	applied, answered := s.agreed(), s.err == nil
-	refusedHere := answered && s.val == 0
-	if applied && !o.keep {
+	s.unknown = unanswered(s.err)
+	s.mayHaveApplied = s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
+	s.applied, s.answered = s.agreed(), s.err == nil
+	if s.applied && !o.keep {
 		// A replica, or a server that an earlier master already is, does
 		// not count toward a quorum: only agreements do, and a release's
-		// only tell what is reported. (The decider may also set s.err: s
-		// is not read here after the send.)
-		s.server, s.err = c.admit(ctx, i)
+		// only tell what is reported.
+		var known bool
+		if s.server, s.err, known = c.admitKnown(i); !known {
+			go func() {
+				s.server, s.err = c.admit(r.ctx, i)
+				c.replied(r, i)
+			}()
+			return
+		}
 	}
-	r.replies <- i
+	c.replied(r, i)
+}
+
+// replied counts master i's answer, unless the count has closed, runs what
+// needs no decision, and settles the call now if the round was decided,
+// else once it is (see decide).
+func (c *Client) replied(r *round, i int) {
+	o, s := r.op, &r.slots[i]
+	applied, answered := s.applied, s.answered
+	settles := o.undo != nil || o.refusedAfter != nil && answered && s.val == 0
+	r.mu.Lock()
+	if !r.closed {
+		r.tallyLocked(i)
+		if !r.signaled && !r.undecidedLocked() {
+			r.signaled = true
+			r.ready <- struct{}{}
+		}
+	}
+	settleNow := settles && r.decided
+	if settles && !r.decided {
+		r.waiting |= 1 << i
+	}
+	r.mu.Unlock()
 	switch {
 	case o.retry && !answered:
-		c.retryLater(ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
+		c.retryLater(r.ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
 	case o.after != nil:
-		o.after(ctx, i, applied)
+		o.after(r.ctx, i, applied)
 	}
-	if o.undo == nil {
-		if refusedHere && o.refusedAfter != nil {
-			if <-r.decided; !r.failed {
-				o.refusedAfter(ctx, i)
+	switch {
+	case settleNow:
+		c.settle(r, i)
+	case !settles:
+		c.callDone(r)
+	}
+}
+
+// tallyLocked counts master i's answer toward the decision. r.mu must be
+// held, and the count open.
+func (r *round) tallyLocked(i int) {
+	s := &r.slots[i]
+	s.read = true
+	if s.agreed() && s.server != "" {
+		// One server counts once, even if it was identified as the same as
+		// an earlier master only during this round.
+		for j := range r.slots {
+			if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
+				s.err = r.c.sameServer(j, i, s.server)
+				break
 			}
 		}
+	}
+	if !s.agreed() {
+		r.refused++
 		return
 	}
-	<-r.decided
-	if !r.failed {
+	if r.agreed > 0 && s.val != r.max {
+		r.mixed = true
+	}
+	r.max = max(r.max, s.val)
+	r.agreed++
+}
+
+// undecidedLocked reports whether the answers counted decide nothing yet:
+// too few agreed, and enough may still. r.mu must be held.
+func (r *round) undecidedLocked() bool {
+	q := r.c.quorum
+	return r.agreed < q && len(r.slots)-r.refused >= q
+}
+
+// decide ends round r's decision: failed is set. It settles the calls
+// answered before it.
+func (c *Client) decide(r *round) {
+	r.mu.Lock()
+	r.decided = true
+	waiting := r.waiting
+	r.mu.Unlock()
+	for ; waiting != 0; waiting &= waiting - 1 {
+		c.settle(r, bits.TrailingZeros64(waiting))
+	}
+}
+
+// settle does what follows the decision on master i: after a success, it
+// reports a late agreement (o.late), or repairs a master that refused
+// (o.refusedAfter); after a failure, it undoes the call where it may have
+// applied (o.undo) and retries the undo in the background until the
+// master answers. What may block runs on a goroutine of its own.
+func (c *Client) settle(r *round, i int) {
+	o, s := r.op, &r.slots[i]
+	switch {
+	case !r.failed:
 		// The decider counted an unknown outcome as a refusal: it may
 		// still land.
-		if mayHaveApplied && (!s.read || unknown) && o.late != nil {
-			o.late(ctx, i, unknown)
+		if o.late != nil && s.mayHaveApplied && (!s.read || s.unknown) {
+			o.late(r.ctx, i, s.unknown)
 		}
-		return
-	}
-	if !mayHaveApplied {
+		if o.refusedAfter != nil && s.answered && s.val == 0 {
+			c.background(r, func() { o.refusedAfter(r.ctx, i) })
+			return
+		}
+	case o.undo == nil:
+	case !s.mayHaveApplied:
 		r.finished <- i
+	default:
+		c.background(r, func() {
+			u := cleanup{o.undo, o.keys, o.undoArgs}
+			if s.unknown {
+				u.args = o.markArgs
+			}
+			err := c.tryCleanup(r.ctx, i, u, true)
+			r.finished <- i
+			if err != nil {
+				c.retryLater(r.ctx, i, u, o.keyTTL)
+			}
+		})
 		return
 	}
-	u := cleanup{o.undo, o.keys, o.undoArgs}
-	if unknown {
-		u.args = o.markArgs
+	c.callDone(r)
+}
+
+// background runs f, then callDone, on a goroutine of its own: a call of
+// round r that goes on after its answer.
+func (c *Client) background(r *round, f func()) {
+	go func() {
+		f()
+		c.callDone(r)
+	}()
+}
+
+// callDone ends a call of round r: the last one cancels the calls'
+// context.
+func (c *Client) callDone(r *round) {
+	if r.running.Add(-1) == 0 {
+		r.cancel()
 	}
-	err := c.tryCleanup(ctx, i, u, true)
-	r.finished <- i
-	if err != nil {
-		c.retryLater(ctx, i, u, o.keyTTL)
-	}
+	c.inflight.Done()
+}
+
+// spawn runs f on a goroutine of its own that Close waits for. It must be
+// called from one counted in c.inflight already (a call of a round).
+func (c *Client) spawn(f func()) {
+	c.inflight.Add(1)
+	go func() {
+		defer c.inflight.Done()
+		f()
+	}()
 }
 
 // unanswered reports whether err leaves a call's outcome unknown: it may

@@ -114,9 +114,10 @@ type Options struct {
 // Client acquires locks on a set of independent Redis masters.
 // It is safe for concurrent use. Make one with New: the methods of a zero
 // or nil Client return an error wrapping ErrInvalidArgument (or zero
-// results) and do nothing. Between operations a Client keeps the
-// goroutines that ran its calls to masters waiting for the next ones, up
-// to 16 per master; Close ends them.
+// results) and do nothing. Between operations a Client keeps, per
+// master, the goroutine that sends its calls (or, for a client that cannot
+// pipeline, up to 16 that ran calls) waiting for the next ones; Close ends
+// them.
 type Client struct {
 	nodes         []node
 	quorum        int
@@ -142,7 +143,6 @@ type Client struct {
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
 	inflight sync.WaitGroup // calls to masters, including background ones
-	callers  callers        // run the rounds' calls
 
 	cleaners       []cleaner          // one per master: cleanup retries
 	shutdown       chan struct{}      // closed by Close: pending cleanup retries at once
@@ -194,7 +194,6 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		watches:       map[string]*watch{},
 		cleaners:      make([]cleaner, n),
 		shutdown:      make(chan struct{}),
-		callers:       newCallers(n),
 	}
 	c.abandon, c.abandonCleanup = context.WithCancel(context.Background())
 	if c.quorum == 0 {
@@ -242,11 +241,25 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout)
+		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, lanesPerMaster(n))
 		pipe.UseFunctions(functions)
 		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe}
 	}
 	return c, nil
+}
+
+// lanesPerMaster is how many batches of calls a client of n masters keeps
+// in flight to each (see pipeline.New): two in all at least, so that the
+// client reads one master's replies while the masters work on the
+// others. With several masters their batches overlap already; with one,
+// a single batch in flight would leave the master idle while the client
+// handles its replies, and the other way round. The calls of one lock
+// always go through the same lane, in order.
+func lanesPerMaster(n int) int {
+	if n == 1 {
+		return 2
+	}
+	return 1
 }
 
 // addrKey is a master's address in the form of sameAddr, kept apart from
@@ -399,11 +412,13 @@ func (c *Client) Close() error {
 	case <-done:
 	case <-grace.C:
 		c.abandonCleanup()
+		// Calls still queued to a master that does not answer would each
+		// wait for a batch ahead of them: they are dropped.
+		c.abortPipes()
 		<-done
 		gaveUp = true
 	}
 	c.abandonCleanup() // releases the context; nothing is pending
-	c.endCallers()
 	// The pipelines may still send undos whose callers stopped waiting:
 	// within the grace, or not at all.
 	pipes := make(chan struct{})
@@ -422,13 +437,19 @@ func (c *Client) Close() error {
 		case <-grace.C:
 		}
 	}
+	c.abortPipes()
+	<-pipes
+	return nil
+}
+
+// abortPipes aborts every master's pipeline (see pipeline.Abort) and waits
+// for what they have in flight.
+func (c *Client) abortPipes() {
 	var wg sync.WaitGroup
 	for i := range c.nodes {
 		wg.Go(c.nodes[i].pipe.Abort)
 	}
 	wg.Wait()
-	<-pipes
-	return nil
 }
 
 // Acquire tries once to take the exclusive lock on key for ttl, under a

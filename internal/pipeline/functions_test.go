@@ -145,7 +145,7 @@ func pipelineAs(t *testing.T, m harness.Master, admin *redis.Client, rules ...an
 	opt.ReadTimeout, opt.WriteTimeout = testLimit, testLimit
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
-	p := New(client, testLimit)
+	p := New(client, testLimit, 1)
 	p.UseFunctions(testFunctions)
 	t.Cleanup(p.Close)
 	return p
@@ -324,7 +324,7 @@ func TestPipelineFunctionsWithoutAnswer(t *testing.T) {
 	cluster := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
 	client := redis.NewClient(harness.MasterOptions(functionProxy(t, cluster.Masters[0].Addr(), false)))
 	t.Cleanup(func() { _ = client.Close() })
-	p := New(client, testLimit)
+	p := New(client, testLimit, 1)
 	p.UseFunctions(testFunctions)
 	t.Cleanup(p.Close)
 	for i := 0; p.fnState.Load() != fnOff; i++ {
@@ -357,7 +357,7 @@ func TestPipelineFunctionsLoadHeld(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	// The load is held until the test ends (or the limit, 10s); a call
 	// that waited for it would end with its own deadline, 1s.
-	p = New(client, testLimit)
+	p = New(client, testLimit, 1)
 	p.UseFunctions(testFunctions)
 	for i := range 10 {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)

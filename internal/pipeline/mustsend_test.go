@@ -82,15 +82,15 @@ func TestPipelineMustSendAloneOutlivesCallerContext(t *testing.T) {
 				t.Fatal("Close did not return after Resume")
 			}
 			assert.Equal(t, int64(1), getInt(t, admin, "must"), "mustSend call applied")
-			poll(t, time.Second, "sender gone after Close", func() bool { return workers() == 0 })
+			poll(t, time.Second, "sender gone after Close", func() bool { return goroutines() == 0 })
 		})
 	}
 }
 
-// A mustSend call in a batch is applied even when its own deadline is
+// MustSend calls in a batch are applied even when their own deadline is
 // earlier than the batch's end: the batch runs under limit. Here the
 // occupying call fails at its deadline on the paused master, so the
-// drainer sends the queued mustSend call while the master is still paused,
+// sender sends the queued mustSend calls while the master is still paused,
 // on a connection that cannot be set up until Resume.
 //
 // The test passes whatever the timing. Detecting a batch run under the
@@ -112,12 +112,15 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	must := make(chan error, 1)
-	go func() {
-		_, err := p.Run(ctx, incrScript, NewKeys("must"), nil, true)
-		must <- err
-	}()
-	poll(t, 5*time.Second, "the mustSend call queued", func() bool { return queueLen(p) == 1 })
+	// Two, so that they go in a batch.
+	must := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := p.Run(ctx, incrScript, NewKeys("must"), nil, true)
+			must <- err
+		}()
+	}
+	poll(t, 5*time.Second, "the mustSend calls queued", func() bool { return queueLen(p) == 2 })
 
 	// The occupying call fails at its deadline (a go-redis i/o timeout),
 	// the mustSend caller returns at its own; testLimit keeps a broken Run
@@ -128,20 +131,22 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 	case <-time.After(testLimit):
 		t.Fatal("the occupying call did not end at its deadline")
 	}
-	select {
-	case err := <-must:
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.NotErrorIs(t, err, ErrNotSent, "the call is queued or in flight, not unsent")
-	case <-time.After(testLimit):
-		t.Fatal("Run did not return at its deadline")
+	for range 2 {
+		select {
+		case err := <-must:
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.NotErrorIs(t, err, ErrNotSent, "the call is queued or in flight, not unsent")
+		case <-time.After(testLimit):
+			t.Fatal("Run did not return at its deadline")
+		}
 	}
-	poll(t, 5*time.Second, "the mustSend call sent in a batch", func() bool { return queueLen(p) == 0 })
+	poll(t, 5*time.Second, "the mustSend calls sent in a batch", func() bool { return queueLen(p) == 0 })
 	time.Sleep(500 * time.Millisecond)
 
 	require.NoError(t, m.Resume(t.Context()))
-	poll(t, 5*time.Second, "mustSend call applied", func() bool { return getInt(t, admin, "must") == 1 })
-	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
-	assert.Equal(t, 1, statsOf(p).batched)
+	poll(t, 5*time.Second, "mustSend calls applied", func() bool { return getInt(t, admin, "must") == 2 })
+	poll(t, 5*time.Second, "idle", func() bool { return idle(p) })
+	assert.Equal(t, 2, statsOf(p).batched)
 }
 
 // Abort answers every queued call ErrClosed, mustSend ones included, sends

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ type processor interface {
 type Keys struct {
 	Names []string
 	boxed []any
+	hash  uint32 // of Names[0] (see laneOf)
 }
 
 // NewKeys returns the Keys of names; names must not change afterwards.
@@ -39,7 +41,20 @@ func NewKeys(names ...string) Keys {
 	for i, n := range names {
 		boxed[i] = n
 	}
-	return Keys{Names: names, boxed: boxed}
+	k := Keys{Names: names, boxed: boxed}
+	if len(names) > 0 {
+		k.hash = hashKey(names[0])
+	}
+	return k
+}
+
+// hashKey is FNV-1a.
+func hashKey(key string) uint32 {
+	h := uint32(2166136261)
+	for i := range len(key) {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return h
 }
 
 const (
@@ -53,24 +68,23 @@ const (
 
 var (
 	// ErrNotSent marks a call that surely did not reach its master: nothing
-	// was applied there, so nothing needs undoing. Run never returns it
-	// alone but wrapped with the reason: ErrQueueFull, ErrClosed,
-	// ErrWithdrawn (RunWithdrawable), or the context's error when the
-	// caller's context ended before the call was sent.
+	// was applied there, so nothing needs undoing. A call is never
+	// answered with it alone but wrapped with the reason: ErrQueueFull,
+	// ErrClosed, ErrWithdrawn, or the context's error when the call's
+	// context ended before it was sent.
 	ErrNotSent = errors.New("redlock: not sent")
-	// ErrQueueFull is returned at once by a call that may be shed when its
+	// ErrQueueFull answers at once a call that may be shed when its
 	// master's queue is full: the master is slow or unreachable. It
 	// matches ErrNotSent.
 	ErrQueueFull = fmt.Errorf("%w: %d calls already queued for this master", ErrNotSent, maxQueued)
-	// ErrClosed is returned by calls made after Close. It matches
-	// ErrNotSent. This package cannot import redlock (which imports it),
-	// so it does not match redlock.ErrClosed: the engine, which closes its
-	// pipelines only in Client.Close, reports errors.Is(err, ErrClosed) as
+	// ErrClosed answers calls made after Close. It matches ErrNotSent.
+	// This package cannot import redlock (which imports it), so it does
+	// not match redlock.ErrClosed: the engine, which closes its pipelines
+	// only in Client.Close, reports errors.Is(err, ErrClosed) as
 	// redlock.ErrClosed.
 	ErrClosed = fmt.Errorf("%w: client closed", ErrNotSent)
-	// ErrWithdrawn is returned by a call of RunWithdrawable withdrawn from
-	// the queue of a master that is behind (see Withdraw). It matches
-	// ErrNotSent.
+	// ErrWithdrawn answers a call withdrawn from the queue of a master that
+	// is behind (see Withdraw). It matches ErrNotSent.
 	ErrWithdrawn = fmt.Errorf("%w: withdrawn from the queue of a master that is behind", ErrNotSent)
 
 	// The error of a call whose context ended before it was sent; each
@@ -88,16 +102,18 @@ func notSent(err error) error {
 	return errNotSentCanceled
 }
 
-// Pipeline sends one master's script calls. A call made while the master is
-// idle goes out at once, alone, exactly like Script.Run; calls made while
-// one is in flight queue and go out together, as one pipelined write and
-// read, when it ends. One drainer goroutine per master sends the queued
-// batches, one at a time, and exits when the queue is empty, so at most one
-// call or batch per master is in flight and a slow master holds at most one
-// connection.
+// Pipeline sends one master's script calls. Calls queue in one of its
+// lanes, the lane of their first key, and each lane's sender goroutine
+// sends them: a call made while its lane is idle goes out at once, alone,
+// as Script.Run would send it; calls made while one is in flight go out
+// together, as one pipelined write and read, when it ends. So at most one
+// call or batch per lane is in flight, the calls of one lock reach the
+// master in the order they were made, and a slow master holds at most one
+// connection per lane. No goroutine waits for a call's reply: the sender
+// hands each reply to the call's Completion.
 //
 // A client without Pipeline() gets no batching: every call is a plain
-// Script.Run.
+// Script.Run, on a goroutine of its own (reused from call to call).
 //
 // A batch fires go-redis's pipeline hooks, a call sent alone its process
 // hooks. A Pipeline is safe for concurrent use.
@@ -105,110 +121,143 @@ type Pipeline struct {
 	client redis.Scripter
 	proc   processor     // a go-redis client; nil: calls sent alone go through Script.Run
 	piper  pipeliner     // nil: the client cannot pipeline
-	limit  time.Duration // bound of every batch and of every mustSend call
+	limit  time.Duration // bound of every call the Pipeline sends on its own
 
 	fns     *Functions    // nil: scripts only (see UseFunctions)
 	fnState atomic.Uint32 // fnUnknown, fnOn, fnOff
 
-	// wg counts the calls accepted and not yet done with: Close waits for
-	// it. busy, and its count in wg, is held by the call sent alone, then
-	// handed to the drainer if calls queued meanwhile.
+	// wg counts the calls accepted and not yet answered, and loads in the
+	// background: Close waits for it.
 	wg sync.WaitGroup
+	// senders counts the lanes' senders; workers run the calls of a
+	// client that cannot pipeline.
+	senders sync.WaitGroup
+	workers workers
 
-	mu        sync.Mutex
-	closed    bool
-	busy      bool
-	busySince time.Time // when what is in flight was sent
-	queue     []*call   // FIFO
-	loose     int       // calls in queue that may be shed
-	stats     stats
+	mu     sync.Mutex
+	closed bool
+	lanes  []lane
+	loose  int // queued calls that may be shed, in every lane
+	stats  stats
 
 	// Loads of the library while fnState is unknown (see probeLocked).
 	probing bool      // one is under way
 	probed  time.Time // when the last one ended
 	probes  int       // how many got no usable answer
+}
 
-	// Drainer state, reused from batch to batch.
-	pipe  redis.Pipeliner
-	batch []*call
-	cmds  []redis.Cmder
+// lane is a queue of a Pipeline with its own sender and connection: the
+// calls of one lock (those whose first key is the same) always go through
+// the same lane, one batch at a time, so that they reach the master in the
+// order they were made, as they would through a single connection. Its
+// fields are guarded by Pipeline.mu, but for the sender's own.
+type lane struct {
+	p         *Pipeline
+	wake      chan struct{} // cap 1: a token for the idle sender
+	up        bool          // the sender goroutine runs
+	busy      bool          // the sender has calls to send, or in flight
+	busySince time.Time     // when what is in flight was sent
+	queue     []*call       // FIFO
+
+	// The sender's own, reused from batch to batch.
+	pipe    redis.Pipeliner
+	batch   []*call
+	cmds    []redis.Cmder
+	dropped []answer
 }
 
 // stats counts what a Pipeline did, for tests.
 type stats struct {
-	alone     int // calls sent at once, without a batch
-	batches   int // pipelined writes of queued calls
+	alone     int // calls sent without a batch
+	batches   int // pipelined writes of two or more queued calls
 	batched   int // calls sent in those
 	dropped   int // queued calls not sent because their context had ended
 	shed      int // calls refused because the queue was full
 	resent    int // follow-up writes after NOSCRIPT or a missing function
-	withdrawn int // calls of RunWithdrawable withdrawn
-	skipped   int // calls of RunKept that Skip answered
+	withdrawn int // calls withdrawn (see Withdraw)
+	skipped   int // calls that Skip answered
 }
 
-// Skipper tells RunKept whether a call is needless: see RunKept. Its Skip
+// Completion receives the outcome of a call started with Go.
+type Completion interface {
+	// Complete receives the script's integer reply, or why there is none
+	// (see Run for the errors). It is called once per call, on the
+	// Pipeline's goroutine that sent the call, or on the goroutine that
+	// called Go or Withdraw where the call was answered without being
+	// sent. It must not block: other calls' replies wait for it.
+	Complete(v int64, err error)
+}
+
+// Skipper tells whether a call is needless: see Options.Skip. Its Skip
 // runs with the Pipeline's lock held, and must not block.
 type Skipper interface {
 	Skip(i int) bool
 }
 
-// hooks are what RunWithdrawable and RunKept add to a call.
-type hooks struct {
-	group  *Group
-	unsent *atomic.Uint64
-	skip   Skipper
-	index  int
+// Options are what Go may do with a call besides sending it.
+type Options struct {
+	// MustSend: the call is never refused for a full queue, and once
+	// queued it is sent whatever its context does meanwhile: in a batch
+	// under the batch's own context, alone under the call's context
+	// while that lasts, else under one that keeps only its values,
+	// bounded by limit.
+	MustSend bool
+	// Skip, if not nil, is asked whether the call is needless, with
+	// Index, when the call is made and again when it would be sent; if
+	// Skip(Index) is true the call is answered 0 instead, unsent.
+	Skip Skipper
+	// Group, if not nil, withdraws the call if it is still queued when
+	// Withdraw is called for Group, or would be queued after that, on a
+	// master that is behind (see Withdraw): then it sets bit Index of
+	// Unsent, if not nil, and is answered ErrWithdrawn. Not with MustSend.
+	Group  *Group
+	Unsent *atomic.Uint64
+	Index  int
 }
 
-// call is a call queued, or a mustSend call sent alone on a goroutine of
-// its own. Until it is done, the caller reads no field but state, under
-// Pipeline.mu.
+// call is a call accepted. The Pipeline owns it until it is answered, then
+// puts it back in callPool.
 type call struct {
-	ctx      context.Context
-	script   *redis.Script
-	keys     Keys
-	args     []any
-	mustSend bool       // never refused for a full queue nor dropped once queued
-	detach   bool       // sent alone on a goroutine of its own (Run's mustSend)
-	argv     []any      // EVALSHA's or FCALL's arguments; its buffer is reused
-	cmd      *redis.Cmd // what was sent
-	hooks
-
-	state     callState
-	abandoned bool // the caller left; whoever holds the call recycles it
-	val       int64
-	err       error
-	done      chan struct{} // receives once the call is done; cap 1
+	ctx    context.Context
+	script *redis.Script
+	keys   Keys
+	args   []any
+	// detach: sent alone, the call's context never cuts it (Run's
+	// mustSend: its caller stops waiting when that context ends).
+	detach bool
+	argv   []any      // EVALSHA's or FCALL's arguments; its buffer is reused
+	cmd    *redis.Cmd // what is sent
+	done   Completion
+	Options
 }
 
-type callState uint8
+// answer is a call's outcome, for Completion once no lock is held.
+type answer struct {
+	c   *call
+	val int64
+	err error
+}
 
-const (
-	queued callState = iota
-	sent
-	done
-)
+var callPool = sync.Pool{New: func() any { return new(call) }}
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
-
-// recycle returns c to callPool. Nothing may hold c any more, and c.done
-// is empty.
+// recycle returns c to callPool; nothing may hold c any more.
 func (c *call) recycle() {
 	argv := c.argv
 	clear(argv)
-	*c = call{argv: argv[:0], done: c.done}
+	*c = call{argv: argv[:0]}
 	callPool.Put(c)
 }
 
-// New returns the Pipeline of the master that client talks to. limit (> 0)
-// bounds every call the Pipeline sends on its own: every batch (a batch
-// runs until the latest deadline of its calls, or limit from when it is
-// sent if one of them has no deadline or is mustSend) and every mustSend
-// call sent alone (limit from when it is sent, whatever its context). New
-// panics if limit is not positive.
-func New(client redis.Scripter, limit time.Duration) *Pipeline {
-	if limit <= 0 {
-		panic("redlock: pipeline limit must be positive")
+// New returns the Pipeline of the master that client talks to, with lanes
+// (> 0) lanes: batches in flight at once. limit (> 0) bounds every call
+// the Pipeline sends under a context of its own: every batch (a batch runs
+// until the latest deadline of its calls, or limit from when it is sent if
+// one of them has no deadline or is MustSend), and every call sent alone
+// whose context has no deadline, has ended (MustSend) or must not cut it
+// (Run's mustSend). New panics if limit or lanes is not positive.
+func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
+	if limit <= 0 || lanes <= 0 {
+		panic("redlock: pipeline limit and lanes must be positive")
 	}
 	p := &Pipeline{client: client, limit: limit}
 	switch c := client.(type) {
@@ -226,14 +275,140 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 			p.piper = pc
 		}
 	}
+	p.workers.init(p.sendWorker)
+	p.lanes = make([]lane, lanes)
+	for i := range p.lanes {
+		p.lanes[i] = lane{p: p, wake: make(chan struct{}, 1)}
+	}
 	return p
 }
 
-// Run runs s on the master and returns its integer reply. It blocks until
-// the reply or until ctx ends, whichever comes first: ctx bounds the
-// caller's wait even when the call joins a batch. When ctx ends first, Run
-// returns ctx.Err() alone (not ErrNotSent): the call may be in flight, or,
-// if mustSend, still queued, so it may yet be applied.
+// laneOf returns the lane of the calls with keys.
+func (p *Pipeline) laneOf(keys Keys) *lane {
+	h := keys.hash
+	if h == 0 && len(keys.Names) > 0 {
+		h = hashKey(keys.Names[0])
+	}
+	return &p.lanes[h%uint32(len(p.lanes))]
+}
+
+// Go starts s on the master, with keys and args, and returns at once;
+// done.Complete receives the outcome (see Completion). It never blocks on
+// the master.
+//
+// A call whose context has ended is answered as not sent (ErrNotSent, also
+// matching ctx.Err()), unless MustSend. A call that may be shed is refused
+// with ErrQueueFull when the master's queue is full, and one still queued
+// when its context ends is dropped, answered as not sent. Once sent, a
+// call's context bounds the wait for its reply, as go-redis's contexts do
+// (a batch waits until the latest deadline of its calls).
+//
+// keys and args are only read, until the call is answered: the caller
+// must not modify them meanwhile. As go-redis does, a lone []string or
+// []any argument is expanded; maps and structs are not.
+func (p *Pipeline) Go(ctx context.Context, s *redis.Script, keys Keys, args []any, o Options, done Completion) {
+	p.start(ctx, s, keys, args, o, false, done)
+}
+
+// start is Go; detach is call.detach.
+func (p *Pipeline) start(ctx context.Context, s *redis.Script, keys Keys, args []any, o Options, detach bool, done Completion) {
+	if err := ctx.Err(); err != nil && !o.MustSend {
+		done.Complete(0, notSent(err))
+		return
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		done.Complete(0, ErrClosed)
+		return
+	}
+	p.probeLocked()
+	var refused error
+	switch {
+	case o.Skip != nil && o.Skip.Skip(o.Index):
+		p.stats.skipped++
+	case o.Group != nil && p.laneOf(keys).behindLocked(o.Group):
+		// Its round was decided while this call was on its way.
+		p.withdrawnLocked(o)
+		refused = ErrWithdrawn
+	case !o.MustSend && p.piper != nil && p.loose >= maxQueued:
+		p.stats.shed++
+		refused = ErrQueueFull
+	default:
+		if !o.MustSend && p.piper != nil {
+			p.loose++ // before the lock is let go: the bound holds
+		}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		p.accept(ctx, s, keys, args, o, detach, done)
+		return
+	}
+	p.mu.Unlock()
+	done.Complete(0, refused)
+}
+
+// accept builds the call, outside the lock, and queues it, or hands it to a
+// worker if the client cannot pipeline. The call counts in wg.
+func (p *Pipeline) accept(ctx context.Context, s *redis.Script, keys Keys, args []any, o Options, detach bool, done Completion) {
+	c := callPool.Get().(*call)
+	c.ctx, c.script, c.keys, c.args, c.Options, c.detach, c.done = ctx, s, keys, args, o, detach, done
+	if p.proc != nil {
+		c.cmd = p.build(ctx, c, s, keys, args)
+	}
+	if p.piper == nil {
+		p.workers.run(c)
+		return
+	}
+	ln := p.laneOf(keys)
+	p.mu.Lock()
+	ln.queue = append(ln.queue, c)
+	wake := !ln.busy
+	if wake {
+		ln.busy, ln.busySince = true, time.Now()
+		if !ln.up {
+			ln.up = true
+			p.senders.Add(1)
+			go ln.sender()
+			wake = false // it starts with the queue
+		}
+	}
+	p.mu.Unlock()
+	if wake {
+		ln.wakeSender()
+	}
+}
+
+// wakeSender wakes the lane's sender, idle until now. Its channel holds at
+// most one token: one per time the sender went idle.
+func (ln *lane) wakeSender() {
+	select {
+	case ln.wake <- struct{}{}:
+	default:
+	}
+}
+
+// answer hands a call's outcome to its Completion and lets the call go.
+func (p *Pipeline) answer(c *call, v int64, err error) {
+	done := c.done
+	c.recycle()
+	done.Complete(v, err)
+	p.wg.Done()
+}
+
+// answerAll answers as, and clears it.
+func (p *Pipeline) answerAll(as []answer) []answer {
+	for i, a := range as {
+		p.answer(a.c, a.val, a.err)
+		as[i] = answer{}
+	}
+	return as[:0]
+}
+
+// Run runs s on the master and returns its integer reply: Go, and a wait
+// for the reply or for ctx to end, whichever comes first. When ctx ends
+// first, Run returns ctx.Err() alone (not ErrNotSent): the call may be in
+// flight, or, if mustSend, still queued, so it may yet be applied. A call
+// still queued that may be shed is then withdrawn: Run returns ErrNotSent.
 //
 // An error matching ErrNotSent says the call was surely not sent, so
 // nothing needs undoing: ctx ended before it was sent (the error also
@@ -243,202 +418,226 @@ func New(client redis.Scripter, limit time.Duration) *Pipeline {
 // A mustSend call (a release, an undo) is never refused for a full queue
 // nor dropped when ctx ends: once accepted (that is, unless Run returns
 // ErrClosed) it is sent, even after Run has returned, unless Abort drops
-// it first: alone under a context that keeps ctx's values but not its
-// cancellation nor its deadline, in a batch under the batch's own context,
-// either way bounded by limit. A mustSend call sent alone therefore runs on a goroutine of its
-// own, which Run waits for until ctx ends.
-//
-// keys and args are only read, but possibly after Run returns (a mustSend
-// call), so the caller must not modify them afterwards. As go-redis does,
-// a lone []string or []any argument is expanded; maps and structs are not.
+// it first, under a context that keeps ctx's values but not its
+// cancellation nor its deadline, bounded by limit.
 func (p *Pipeline) Run(ctx context.Context, s *redis.Script, keys Keys, args []any, mustSend bool) (int64, error) {
-	return p.run(ctx, s, keys, args, mustSend, mustSend, hooks{})
+	w := &waiter{reply: make(chan answer, 1)}
+	p.start(ctx, s, keys, args, Options{MustSend: mustSend}, mustSend, w)
+	select {
+	case a := <-w.reply:
+		return a.val, a.err
+	case <-ctx.Done():
+	}
+	if !mustSend && p.withdrawQueued(w) {
+		return 0, notSent(ctx.Err())
+	}
+	select {
+	case a := <-w.reply: // it came meanwhile
+		return a.val, a.err
+	default:
+		return 0, ctx.Err()
+	}
 }
 
-// RunKept is Run for a mustSend call whose caller's ctx cannot end before
-// the call's own bound: sent alone, it runs on the caller's goroutine under
-// ctx, which saves the goroutine and context of a detached send. Once
-// queued it is sent, as a mustSend call is, whatever ctx does meanwhile;
-// an ended ctx before it is queued sends nothing (ErrNotSent).
-//
-// If skip is not nil and skip.Skip(index) is true when the call would be
-// sent, alone or in a batch, it is answered 0 instead, without being sent.
-func (p *Pipeline) RunKept(ctx context.Context, s *redis.Script, keys Keys, args []any, skip Skipper, index int) (int64, error) {
-	return p.run(ctx, s, keys, args, true, false, hooks{skip: skip, index: index})
+// waiter is the Completion of a call of Run.
+type waiter struct{ reply chan answer }
+
+func (w *waiter) Complete(v int64, err error) { w.reply <- answer{val: v, err: err} }
+
+// withdrawQueued takes the call answered to done out of the queue, if it
+// is still there, and reports whether it was.
+func (p *Pipeline) withdrawQueued(done Completion) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.lanes {
+		ln := &p.lanes[l]
+		for i, c := range ln.queue {
+			if c.done == done {
+				n := copy(ln.queue[i:], ln.queue[i+1:])
+				ln.queue[i+n] = nil
+				ln.queue = ln.queue[:i+n]
+				p.loose--
+				c.recycle()
+				p.wg.Done()
+				return true
+			}
+		}
+	}
+	return false
 }
 
-// Group is the calls of RunWithdrawable that are withdrawn together: the
-// calls of one quorum round, say. Its zero value is ready to use.
+// Group is the calls that are withdrawn together: the calls of one quorum
+// round, say. Its zero value is ready to use.
 type Group struct {
 	behind atomic.Int64 // > 0 once Withdraw was called: its behind
-}
-
-// RunWithdrawable is Run for a call that may be shed and that is withdrawn
-// if it is still queued when Withdraw is called for group, or if it would
-// be queued after that, on a master that is behind (see Withdraw): then it
-// sets bit index of unsent, if not nil, and answers ErrWithdrawn.
-func (p *Pipeline) RunWithdrawable(ctx context.Context, s *redis.Script, keys Keys, args []any, group *Group, unsent *atomic.Uint64, index int) (int64, error) {
-	return p.run(ctx, s, keys, args, false, false, hooks{group: group, unsent: unsent, index: index})
 }
 
 // Withdraw takes back group's calls queued to this master, and those that
 // would be queued to it later, while what the master has in flight ahead
 // of them was sent at least behind (> 0) ago: the master is behind, and
 // their answers are no longer awaited. Each call withdrawn sets its bit in
-// its unsent before Withdraw returns (or before it would have been
-// queued). It does not block on the master.
+// its Unsent, and is answered ErrWithdrawn, before Withdraw returns (or
+// when Go is called). It does not block on the master.
 func (p *Pipeline) Withdraw(group *Group, behind time.Duration) {
 	group.behind.Store(int64(max(behind, 1)))
+	var withdrawn []answer
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.queue) == 0 || !p.behindLocked(group) {
-		return
-	}
-	kept := p.queue[:0]
-	for _, c := range p.queue {
-		if c.group != group {
-			kept = append(kept, c)
+	for l := range p.lanes {
+		ln := &p.lanes[l]
+		if len(ln.queue) == 0 || !ln.behindLocked(group) {
 			continue
 		}
-		p.loose--
-		p.withdrawnLocked(c.hooks)
-		p.doneLocked(c, 0, ErrWithdrawn)
+		kept := ln.queue[:0]
+		for _, c := range ln.queue {
+			if c.Group != group {
+				kept = append(kept, c)
+				continue
+			}
+			p.loose--
+			p.withdrawnLocked(c.Options)
+			withdrawn = append(withdrawn, answer{c, 0, ErrWithdrawn})
+		}
+		clear(ln.queue[len(kept):])
+		ln.queue = kept
 	}
-	clear(p.queue[len(kept):])
-	p.queue = kept
+	p.mu.Unlock()
+	p.answerAll(withdrawn)
 }
 
-// behindLocked reports whether Withdraw was called for group and what is
-// in flight was sent at least its behind ago. p.mu must be held, and the
-// master busy.
-func (p *Pipeline) behindLocked(group *Group) bool {
+// behindLocked reports whether Withdraw was called for group and the lane
+// is busy with what it sent at least group's behind ago. p.mu must be
+// held.
+func (ln *lane) behindLocked(group *Group) bool {
 	b := group.behind.Load()
-	return b > 0 && time.Since(p.busySince) >= time.Duration(b)
+	return b > 0 && ln.busy && time.Since(ln.busySince) >= time.Duration(b)
 }
 
 // withdrawnLocked counts a withdrawn call and sets its bit. p.mu must be
 // held.
-func (p *Pipeline) withdrawnLocked(h hooks) {
+func (p *Pipeline) withdrawnLocked(o Options) {
 	p.stats.withdrawn++
-	if h.unsent != nil {
-		h.unsent.Or(1 << h.index)
+	if o.Unsent != nil {
+		o.Unsent.Or(1 << o.Index)
 	}
 }
 
-func (p *Pipeline) run(ctx context.Context, s *redis.Script, keys Keys, args []any, mustSend, detach bool, h hooks) (int64, error) {
-	ended := ctx.Err()
-	if ended != nil && !detach {
-		return 0, notSent(ended)
-	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return 0, ErrClosed
-	}
-	p.probeLocked()
-	if h.skip != nil && h.skip.Skip(h.index) {
-		p.stats.skipped++
-		p.mu.Unlock()
-		return 0, nil
-	}
-	if p.piper == nil || !p.busy && ended == nil {
-		if p.piper != nil {
-			p.busy, p.busySince = true, time.Now()
-			p.stats.alone++
-		}
-		p.wg.Add(1)
-		p.mu.Unlock()
-		if detach {
-			return p.runAloneDetached(ctx, s, keys, args)
-		}
-		v, err := p.runAlone(ctx, s, keys, args)
-		if p.endAlone() {
-			go p.drain()
-		}
-		return v, err
-	}
-	if h.group != nil && p.behindLocked(h.group) {
-		// Its round was decided while this call was on its way.
-		p.withdrawnLocked(h)
-		p.mu.Unlock()
-		return 0, ErrWithdrawn
-	}
-	if !mustSend {
-		if p.loose >= maxQueued {
-			p.stats.shed++
+// sender sends the lane's queued calls, batch after batch, and waits for
+// more while the queue is empty, until Close.
+func (ln *lane) sender() {
+	p := ln.p
+	defer p.senders.Done()
+	for {
+		p.mu.Lock()
+		for len(ln.queue) == 0 {
+			ln.busy = false
+			if p.closed {
+				ln.up = false
+				p.mu.Unlock()
+				return
+			}
 			p.mu.Unlock()
-			return 0, ErrQueueFull
+			<-ln.wake
+			p.mu.Lock()
 		}
-		p.loose++
-	}
-	p.wg.Add(1) // so that Close waits for this call to be queued
-	p.mu.Unlock()
-
-	// Build the command outside the lock, then queue it.
-	c := callPool.Get().(*call)
-	c.ctx, c.script, c.keys, c.args, c.mustSend, c.detach, c.hooks = ctx, s, keys, args, mustSend, detach, h
-	c.cmd = p.build(ctx, c, s, keys, args)
-	p.mu.Lock()
-	p.queue = append(p.queue, c)
-	if !p.busy {
-		// The master went idle meanwhile: nothing would take the queue.
-		p.busy, p.busySince = true, time.Now()
-		p.wg.Add(1)
-		go p.drain()
-	}
-	p.mu.Unlock()
-	p.wg.Done()
-	return p.wait(ctx, c)
-}
-
-// runAloneDetached sends mustSend call s alone, on a goroutine of its own
-// so that ctx's end cannot cut it, and waits for its reply or for ctx to
-// end. The call holds busy (if the client pipelines) and a count in wg.
-func (p *Pipeline) runAloneDetached(ctx context.Context, s *redis.Script, keys Keys, args []any) (int64, error) {
-	c := callPool.Get().(*call)
-	c.mustSend, c.detach, c.state = true, true, sent
-	go p.sendAloneDetached(ctx, c, s, keys, args)
-	return p.wait(ctx, c)
-}
-
-// sendAloneDetached sends mustSend call c, made with ctx, under a context
-// that ctx's end cannot cut, bounded by limit, then ends it as a call sent
-// alone.
-func (p *Pipeline) sendAloneDetached(ctx context.Context, c *call, s *redis.Script, keys Keys, args []any) {
-	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.limit)
-	v, err := p.runAlone(sendCtx, s, keys, args)
-	cancel()
-	p.mu.Lock()
-	p.doneLocked(c, v, err)
-	p.mu.Unlock()
-	if p.endAlone() {
-		p.drain()
+		batch := ln.takeLocked()
+		ln.busySince = time.Now()
+		if len(batch) == 1 {
+			p.stats.alone++
+		} else if len(batch) > 1 {
+			p.stats.batches++
+			p.stats.batched += len(batch)
+		}
+		p.mu.Unlock()
+		ln.dropped = p.answerAll(ln.dropped)
+		switch len(batch) {
+		case 0:
+		case 1:
+			c := batch[0]
+			batch[0] = nil
+			pprof.SetGoroutineLabels(c.ctx)
+			v, err := p.sendAlone(c)
+			p.answer(c, v, err)
+		default:
+			pprof.SetGoroutineLabels(batch[0].ctx)
+			if ln.send(batch) {
+				p.mu.Lock()
+				p.stats.resent++
+				p.mu.Unlock()
+			}
+			for i, c := range batch {
+				v, err := c.cmd.Int64()
+				batch[i] = nil
+				p.answer(c, v, err)
+			}
+		}
 	}
 }
 
-// endAlone ends a call sent alone, which holds busy (if the client
-// pipelines) and a count in wg. It reports whether calls queued meanwhile:
-// then the caller must run drain, which takes both over.
-func (p *Pipeline) endAlone() (drain bool) {
-	if p.piper == nil {
-		p.wg.Done()
-		return false
+// takeLocked moves up to maxBatch calls from the head of the queue into
+// ln.batch and returns it. A call that may be shed and whose context has
+// ended is answered as not sent instead, and one that Skip finds needless
+// is answered 0: both go to ln.dropped, for answering once p.mu is let go.
+func (ln *lane) takeLocked() []*call {
+	p := ln.p
+	batch := ln.batch[:0]
+	taken := 0
+	for _, c := range ln.queue {
+		if len(batch) == maxBatch {
+			break
+		}
+		taken++
+		if !c.MustSend {
+			p.loose--
+			if err := c.ctx.Err(); err != nil {
+				p.stats.dropped++
+				ln.dropped = append(ln.dropped, answer{c, 0, notSent(err)})
+				continue
+			}
+		}
+		if c.Skip != nil && c.Skip.Skip(c.Index) {
+			p.stats.skipped++
+			ln.dropped = append(ln.dropped, answer{c, 0, nil})
+			continue
+		}
+		batch = append(batch, c)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.queue) > 0 {
-		p.busySince = time.Now() // the drainer's batch is next
-		return true
-	}
-	p.busy = false
-	p.wg.Done()
-	return false
+	n := copy(ln.queue, ln.queue[taken:])
+	clear(ln.queue[n:])
+	ln.queue = ln.queue[:n]
+	ln.batch = batch
+	return batch
 }
 
-// evalSHA builds, in c's reused argument buffer, the EVALSHA command of s
-// with keys and args.
-func (c *call) evalSHA(ctx context.Context, s *redis.Script, keys Keys, args []any) *redis.Cmd {
-	return c.command(ctx, evalSHAName, boxedHash(s), keys, args)
+// sendContext returns the context to send call c alone under, and its
+// cancel (nil for c's own context): c's own while it lasts and has a
+// deadline within limit, unless c is detached; else one bounded by limit,
+// without c's cancellation where c must be sent.
+func (p *Pipeline) sendContext(c *call) (context.Context, context.CancelFunc) {
+	d, ok := c.ctx.Deadline()
+	must := c.detach || c.MustSend && c.ctx.Err() != nil
+	if !must && ok && time.Until(d) <= p.limit {
+		return c.ctx, nil
+	}
+	if must {
+		return context.WithTimeout(context.WithoutCancel(c.ctx), p.limit)
+	}
+	return context.WithTimeout(c.ctx, p.limit)
+}
+
+// sendAlone sends call c alone (see sendContext for its context).
+func (p *Pipeline) sendAlone(c *call) (int64, error) {
+	ctx, cancel := p.sendContext(c)
+	if cancel != nil {
+		defer cancel()
+	}
+	return p.runAlone(ctx, c)
+}
+
+// sendWorker is how a worker sends a call of a client that cannot
+// pipeline.
+func (p *Pipeline) sendWorker(c *call) {
+	v, err := p.sendAlone(c)
+	p.answer(c, v, err)
 }
 
 // The command names, boxed once: a string boxed anew allocates.
@@ -452,7 +651,7 @@ func (p *Pipeline) build(ctx context.Context, c *call, s *redis.Script, keys Key
 			return cmd
 		}
 	}
-	return c.evalSHA(ctx, s, keys, args)
+	return c.command(ctx, evalSHAName, boxedHash(s), keys, args)
 }
 
 // command builds, in c's reused argument buffer, the command name (EVALSHA
@@ -480,17 +679,16 @@ func newCmd(ctx context.Context, argv []any) *redis.Cmd {
 	return cmd
 }
 
-// runAlone sends s as Script.Run does (EVALSHA, then EVAL on NOSCRIPT),
-// with the keys boxed once, or as an FCALL (see UseFunctions): where the
-// master lost the function, after loading it again; as EVAL where the
-// FCALL did not run and a script would (see asScript).
-func (p *Pipeline) runAlone(ctx context.Context, s *redis.Script, keys Keys, args []any) (int64, error) {
+// runAlone sends call c under ctx as Script.Run does (EVALSHA, then EVAL on
+// NOSCRIPT), with the keys boxed once, or as an FCALL (see UseFunctions):
+// where the master lost the function, after loading it again; as EVAL
+// where the FCALL did not run and a script would (see asScript).
+func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
+	s, keys, args := c.script, c.keys, c.args
 	if p.proc == nil {
 		return s.Run(ctx, p.client, keys.Names, args...).Int64()
 	}
-	c := callPool.Get().(*call)
-	defer c.recycle()
-	cmd := p.build(ctx, c, s, keys, args)
+	cmd := c.cmd // built with the call's context; ctx is what bounds it
 	_ = p.proc.Process(ctx, cmd)
 	if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx, false) == nil {
 		cmd = newCmd(ctx, cmd.Args())
@@ -537,146 +735,42 @@ func appendArgs(argv []any, args []any) []any {
 	return append(argv, args...)
 }
 
-// wait waits for call c, queued or sent alone, to be done or for ctx to
-// end.
-func (p *Pipeline) wait(ctx context.Context, c *call) (int64, error) {
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		p.mu.Lock()
-		switch {
-		case c.state == done:
-			p.mu.Unlock()
-			<-c.done
-		case c.state == queued && !c.mustSend:
-			p.withdrawLocked(c)
-			p.mu.Unlock()
-			c.recycle()
-			return 0, notSent(ctx.Err())
-		default: // sent, or must be sent: its sender recycles it
-			c.abandoned = true
-			p.mu.Unlock()
-			return 0, ctx.Err()
-		}
-	}
-	v, err := c.val, c.err
-	c.recycle()
-	return v, err
-}
-
-// withdrawLocked removes queued call c from the queue.
-func (p *Pipeline) withdrawLocked(c *call) {
-	for i, q := range p.queue {
-		if q == c {
-			n := copy(p.queue[i:], p.queue[i+1:])
-			p.queue[i+n] = nil
-			p.queue = p.queue[:i+n]
-			p.loose--
-			return
-		}
-	}
-	panic("redlock: pipeline: queued call not in queue")
-}
-
-// drain sends the queued calls, batch after batch, until the queue is
-// empty. It holds busy and its count in wg.
-func (p *Pipeline) drain() {
-	defer p.wg.Done()
-	p.mu.Lock()
-	for {
-		batch := p.takeLocked()
-		if len(batch) == 0 {
-			p.busy = false
-			p.mu.Unlock()
-			return
-		}
-		p.busySince = time.Now()
-		p.mu.Unlock()
-		resent := p.send(batch)
-		p.mu.Lock()
-		p.finishLocked(batch, resent)
-	}
-}
-
-// takeLocked moves up to maxBatch calls from the head of the queue into
-// p.batch and returns it. A call that may be shed and whose context has
-// ended is answered as not sent instead.
-func (p *Pipeline) takeLocked() []*call {
-	batch := p.batch[:0]
-	taken := 0
-	for _, c := range p.queue {
-		if len(batch) == maxBatch {
-			break
-		}
-		taken++
-		if !c.mustSend {
-			p.loose--
-			if err := c.ctx.Err(); err != nil {
-				p.stats.dropped++
-				p.doneLocked(c, 0, notSent(err))
-				continue
-			}
-		}
-		if c.skip != nil && c.skip.Skip(c.index) {
-			p.stats.skipped++
-			p.doneLocked(c, 0, nil)
-			continue
-		}
-		c.state = sent
-		batch = append(batch, c)
-	}
-	n := copy(p.queue, p.queue[taken:])
-	clear(p.queue[n:])
-	p.queue = p.queue[:n]
-	p.batch = batch
-	return batch
-}
-
-// doneLocked answers c, or recycles it if its caller left.
-func (p *Pipeline) doneLocked(c *call, val int64, err error) {
-	if c.abandoned {
-		c.recycle()
-		return
-	}
-	c.val, c.err, c.state = val, err, done
-	c.done <- struct{}{}
-}
-
 // send writes batch as one pipeline and reads the replies into each call's
 // cmd; calls that did not run for want of their script or function are
 // sent again, together (see resend). It reports whether it did that. The
 // batch runs until the latest deadline of its calls, a call without one or
-// mustSend counting as limit from now, and at most until then.
-func (p *Pipeline) send(batch []*call) (resent bool) {
+// MustSend counting as limit from now, and at most until then.
+func (ln *lane) send(batch []*call) (resent bool) {
+	p := ln.p
 	limit := time.Now().Add(p.limit)
 	var deadline time.Time
 	for _, c := range batch {
 		d, ok := c.ctx.Deadline()
-		if !ok || c.mustSend {
+		if !ok || c.MustSend || c.detach {
 			d = limit
 		}
 		if d.After(deadline) {
 			deadline = d
 		}
-		p.cmds = append(p.cmds, c.cmd)
+		ln.cmds = append(ln.cmds, c.cmd)
 	}
 	if deadline.After(limit) {
 		deadline = limit
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if p.pipe == nil {
-		p.pipe = p.piper.Pipeline()
+	if ln.pipe == nil {
+		ln.pipe = p.piper.Pipeline()
 	}
-	_ = p.pipe.BatchProcess(ctx, p.cmds...)
-	clear(p.cmds)
-	p.cmds = p.cmds[:0]
-	_, _ = p.pipe.Exec(ctx) // each cmd holds its own error
+	_ = ln.pipe.BatchProcess(ctx, ln.cmds...)
+	clear(ln.cmds)
+	ln.cmds = ln.cmds[:0]
+	_, _ = ln.pipe.Exec(ctx) // each cmd holds its own error
 
 	// A second resend: FCALLs sent after a FUNCTION LOAD that the master
 	// refused go as EVAL.
 	for range 2 {
-		if !p.resend(ctx, batch) {
+		if !ln.resend(ctx, batch) {
 			break
 		}
 		resent = true
@@ -688,45 +782,32 @@ func (p *Pipeline) send(batch []*call) (resent bool) {
 // because the master lacked their script or function: FCALLs after a
 // FUNCTION LOAD, EVALSHAs as EVAL (see asScript). It reports whether it
 // sent any.
-func (p *Pipeline) resend(ctx context.Context, batch []*call) bool {
+func (ln *lane) resend(ctx context.Context, batch []*call) bool {
+	p := ln.p
 	var load *redis.StatusCmd
 	sent := false
 	for _, c := range batch {
 		if noFunction(c.cmd.Err()) && p.fnState.Load() == fnOn {
 			if load == nil {
 				load = p.fns.load(ctx)
-				_ = p.pipe.Process(ctx, load) // queued on p.pipe, first
+				_ = ln.pipe.Process(ctx, load) // queued on ln.pipe, first
 			}
 			c.cmd = newCmd(ctx, c.cmd.Args())
-			_ = p.pipe.Process(ctx, c.cmd)
+			_ = ln.pipe.Process(ctx, c.cmd)
 			sent = true
 		} else if p.asScript(c.cmd) {
-			c.cmd = c.script.Eval(ctx, p.pipe, c.keys.Names, c.args...) // queued
+			c.cmd = c.script.Eval(ctx, ln.pipe, c.keys.Names, c.args...) // queued
 			sent = true
 		}
 	}
 	if !sent {
 		return false
 	}
-	_, _ = p.pipe.Exec(ctx)
+	_, _ = ln.pipe.Exec(ctx)
 	if load != nil {
 		_ = p.loaded(load.Err(), false)
 	}
 	return true
-}
-
-// finishLocked answers the calls of a batch that send has run.
-func (p *Pipeline) finishLocked(batch []*call, resent bool) {
-	p.stats.batches++
-	p.stats.batched += len(batch)
-	if resent {
-		p.stats.resent++
-	}
-	for i, c := range batch {
-		v, err := c.cmd.Int64()
-		p.doneLocked(c, v, err)
-		batch[i] = nil
-	}
 }
 
 func isNoScript(err error) bool {
@@ -734,29 +815,57 @@ func isNoScript(err error) bool {
 }
 
 // Close stops accepting calls and blocks until the calls already accepted
-// are done: queued ones are still sent. A batch, or a mustSend call sent
-// alone, takes at most limit; another call sent alone runs on its caller's
-// goroutine until its reply or the end of its caller's context. Later
-// calls return ErrClosed. Close does not close the client. It is
-// idempotent and safe to call concurrently with Run.
+// are answered: queued ones are still sent. A batch takes at most limit; a
+// call sent alone, until its reply or the end of its context (limit, where
+// that has no deadline or must not cut it). Later calls are answered
+// ErrClosed. Close does not close the client. It is idempotent and safe to
+// call concurrently with Go and Run.
 func (p *Pipeline) Close() {
 	p.mu.Lock()
-	p.closed = true
+	p.closeLocked()
 	p.mu.Unlock()
+	p.wait()
+}
+
+// closeLocked marks p closed and wakes the idle senders, so that they
+// end. p.mu must be held.
+func (p *Pipeline) closeLocked() {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	for l := range p.lanes {
+		if ln := &p.lanes[l]; ln.up && !ln.busy {
+			ln.wakeSender()
+		}
+	}
+}
+
+// wait waits for every accepted call to be answered, then for the senders
+// and the workers to end.
+func (p *Pipeline) wait() {
 	p.wg.Wait()
+	p.senders.Wait()
+	p.workers.end()
 }
 
 // Abort is Close that gives up on the queued calls: they are answered
-// ErrClosed, mustSend ones included, and never sent. It still waits for
-// what is in flight (a batch, a call sent alone), each bounded by limit.
+// ErrClosed, MustSend ones included, and never sent. It still waits for
+// what is in flight (a batch, a call sent alone).
 func (p *Pipeline) Abort() {
 	p.mu.Lock()
-	p.closed = true
-	for _, c := range p.queue {
-		p.doneLocked(c, 0, ErrClosed)
+	p.closeLocked()
+	var aborted []answer
+	for l := range p.lanes {
+		ln := &p.lanes[l]
+		for _, c := range ln.queue {
+			aborted = append(aborted, answer{c, 0, ErrClosed})
+		}
+		clear(ln.queue)
+		ln.queue = ln.queue[:0]
 	}
-	clear(p.queue)
-	p.queue, p.loose = p.queue[:0], 0
+	p.loose = 0
 	p.mu.Unlock()
-	p.wg.Wait()
+	p.answerAll(aborted)
+	p.wait()
 }

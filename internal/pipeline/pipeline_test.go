@@ -39,7 +39,7 @@ func startMaster(t *testing.T, args ...string) (harness.Master, *redis.Client, *
 	opt.ReadTimeout, opt.WriteTimeout = testLimit, testLimit
 	client := redis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
-	p := New(client, testLimit)
+	p := New(client, testLimit, 1)
 	require.NotNil(t, p.piper, "a *redis.Client pipelines")
 	t.Cleanup(p.Close)
 	m := cluster.Masters[0]
@@ -63,7 +63,11 @@ func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
 func (p *Pipeline) snapshot() (stats, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stats, len(p.queue)
+	n := 0
+	for l := range p.lanes {
+		n += len(p.lanes[l].queue)
+	}
+	return p.stats, n
 }
 
 func queueLen(p *Pipeline) int { _, n := p.snapshot(); return n }
@@ -87,18 +91,42 @@ func occupy(t *testing.T, m harness.Master, p *Pipeline) <-chan error {
 	return errc
 }
 
-// workers counts the goroutines of Pipelines: drainers, and senders of
-// mustSend calls sent alone.
-func workers() int {
+// goroutines counts the goroutines of Pipelines: senders and workers.
+func goroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "pipeline.(*Pipeline).drain(") || strings.Contains(g, "pipeline.(*Pipeline).sendAloneDetached(") {
+		if strings.Contains(g, "pipeline.(*lane).sender(") || strings.Contains(g, "pipeline.(*workers).work(") {
 			n++
 		}
 	}
 	return n
+}
+
+// idle reports whether p has nothing queued nor in flight.
+func idle(p *Pipeline) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.lanes {
+		if p.lanes[l].busy {
+			return false
+		}
+	}
+	return true
+}
+
+// goWait runs a call of Go and waits for its answer or for ctx to end, as
+// a round's decider does.
+func goWait(ctx context.Context, p *Pipeline, s *redis.Script, keys Keys, o Options) (int64, error) {
+	w := &waiter{reply: make(chan answer, 1)}
+	p.Go(ctx, s, keys, nil, o, w)
+	select {
+	case a := <-w.reply:
+		return a.val, a.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 func getInt(t *testing.T, admin *redis.Client, key string) int64 {
@@ -184,8 +212,8 @@ func TestPipelineBatchesCallsMadeWhileBusy(t *testing.T) {
 	assert.Equal(t, n, s.batched)
 }
 
-// A lone call on an idle master goes out at once on the caller's
-// goroutine, also right after a batch: no batch, no drainer.
+// A lone call on an idle master goes out at once, alone, also right after
+// a batch.
 func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 	m, _, p := startMaster(t)
 	v, err := p.Run(t.Context(), echoScript, Keys{}, []any{7}, false)
@@ -199,7 +227,7 @@ func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 		require.NoError(t, m.Resume(t.Context()))
 	})
 	require.NoError(t, <-occupied)
-	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
+	poll(t, 5*time.Second, "idle", func() bool { return idle(p) })
 	before := statsOf(p)
 	v, err = p.Run(t.Context(), echoScript, Keys{}, []any{8}, false)
 	require.NoError(t, err)
@@ -228,7 +256,7 @@ func TestPipelinePausedMaster(t *testing.T) {
 		defer cancel()
 		var err error
 		if key == "kept" {
-			_, err = p.RunKept(ctx, incrScript, NewKeys(key), nil, nil, 0)
+			_, err = goWait(ctx, p, incrScript, NewKeys(key), Options{MustSend: true})
 		} else {
 			_, err = p.Run(ctx, incrScript, NewKeys(key), nil, mustSend)
 		}
@@ -289,7 +317,7 @@ func TestPipelinePausedMaster(t *testing.T) {
 	require.NoError(t, m.Resume(t.Context()))
 	require.NoError(t, <-occupied)
 	poll(t, 5*time.Second, "mustSend calls applied", func() bool { return getInt(t, admin, "must") == musts })
-	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
+	poll(t, 5*time.Second, "idle", func() bool { return idle(p) })
 	assert.Zero(t, getInt(t, admin, "loose"), "calls whose caller left while queued were sent")
 	poll(t, 5*time.Second, "kept calls applied", func() bool { return getInt(t, admin, "kept") == kepts })
 	s := statsOf(p)
@@ -297,40 +325,33 @@ func TestPipelinePausedMaster(t *testing.T) {
 	assert.Equal(t, 1, s.batches)
 }
 
-// The drainer drops a call that may be shed and whose context ended before
-// it was taken, answering it as not sent; a mustSend call in the same state
-// is sent.
-func TestPipelineDrainerDropsEndedCalls(t *testing.T) {
-	_, admin, p := startMaster(t)
-	ended, cancel := context.WithCancel(context.Background())
+// The sender drops a call that may be shed and whose context ended while
+// it was queued, answering it as not sent; a MustSend call in the same
+// state is sent.
+func TestPipelineSenderDropsEndedCalls(t *testing.T) {
+	m, admin, p := startMaster(t)
+	occupied := occupy(t, m, p)
+	ctx, cancel := context.WithCancel(context.Background())
+	dropped := &waiter{reply: make(chan answer, 1)}
+	sent := &waiter{reply: make(chan answer, 1)}
+	p.Go(ctx, incrScript, NewKeys("dropped"), nil, Options{}, dropped)
+	p.Go(ctx, incrScript, NewKeys("sent"), nil, Options{MustSend: true}, sent)
+	require.Equal(t, 2, queueLen(p))
 	cancel()
-	queued := func(key string, mustSend bool) *call {
-		c := &call{ctx: ended, script: incrScript, keys: NewKeys(key), mustSend: mustSend, detach: mustSend, done: make(chan struct{}, 1)}
-		c.argv = []any{"evalsha", incrScript.Hash(), 1, key}
-		c.cmd = redis.NewCmd(ended, c.argv...)
-		c.cmd.SetFirstKeyPos(3)
-		return c
-	}
-	// As Run queues them behind a call in flight.
-	dropped, sent := queued("dropped", false), queued("sent", true)
-	p.mu.Lock()
-	p.queue = append(p.queue, dropped, sent)
-	p.loose, p.busy = 1, true
-	p.wg.Add(1)
-	p.mu.Unlock()
-	p.drain()
+	require.NoError(t, m.Resume(t.Context()))
+	require.NoError(t, <-occupied)
 
-	<-dropped.done
-	assert.ErrorIs(t, dropped.err, ErrNotSent)
-	assert.ErrorIs(t, dropped.err, context.Canceled)
-	<-sent.done
-	assert.NoError(t, sent.err)
-	assert.Equal(t, int64(1), sent.val)
+	a := <-dropped.reply
+	assert.ErrorIs(t, a.err, ErrNotSent)
+	assert.ErrorIs(t, a.err, context.Canceled)
+	a = <-sent.reply
+	assert.NoError(t, a.err)
+	assert.Equal(t, int64(1), a.val)
 	assert.Zero(t, getInt(t, admin, "dropped"))
 	assert.Equal(t, int64(1), getInt(t, admin, "sent"))
 	s := statsOf(p)
 	assert.Equal(t, 1, s.dropped)
-	assert.Equal(t, 1, s.batched)
+	assert.Equal(t, 2, s.alone, "the occupying call, then the one left")
 	assert.Zero(t, p.loose)
 }
 
@@ -352,11 +373,11 @@ func TestPipelineEndedContextOnIdleMaster(t *testing.T) {
 		assert.Equal(t, int64(1), v)
 	}
 	poll(t, 5*time.Second, "mustSend call applied", func() bool { return getInt(t, admin, "must") == 1 })
-	poll(t, 5*time.Second, "idle", func() bool { return workers() == 0 })
+	poll(t, 5*time.Second, "idle", func() bool { return idle(p) })
 	assert.Zero(t, getInt(t, admin, "loose"))
 	s := statsOf(p)
-	assert.Zero(t, s.alone)
-	assert.Equal(t, 1, s.batched)
+	assert.Equal(t, 1, s.alone, "the mustSend call")
+	assert.Zero(t, s.batched)
 }
 
 // After SCRIPT FLUSH, a batch whose calls all meet NOSCRIPT is sent again as
@@ -419,16 +440,16 @@ func TestPipelineCloseWaitsAndLeavesNothing(t *testing.T) {
 		t.Fatal("Close did not return after Resume")
 	}
 	require.NoError(t, <-occupied)
-	// Close returns when the drainer has called wg.Done: its goroutine
-	// ends right after, so give it a moment.
-	poll(t, time.Second, "drainer gone after Close", func() bool { return workers() == 0 })
+	// Close returns when the sender has called senderWG.Done: its
+	// goroutine ends right after, so give it a moment.
+	poll(t, time.Second, "sender gone after Close", func() bool { return goroutines() == 0 })
 	assert.Equal(t, int64(n), getInt(t, admin, "k"), "calls queued before Close were sent")
 }
 
 // A client without Pipeline() runs each call with Script.Run.
 func TestPipelineWithoutPipelining(t *testing.T) {
 	_, _, pp := startMaster(t)
-	p := New(struct{ redis.Scripter }{pp.client}, testLimit)
+	p := New(struct{ redis.Scripter }{pp.client}, testLimit, 1)
 	require.Nil(t, p.piper)
 	echoAll(t, p, 16, 0, nil)
 	v, err := p.Run(t.Context(), echoScript, Keys{}, []any{5}, true)
@@ -459,7 +480,7 @@ func BenchmarkPipeline(b *testing.B) {
 							}
 							continue
 						}
-						p := New(cl, time.Second)
+						p := New(cl, time.Second, 1)
 						defer p.Close()
 						pipes = append(pipes, p)
 						runners[i] = func(ctx context.Context, keys Keys, args []any) (int64, error) {
@@ -522,3 +543,61 @@ func benchRounds(b *testing.B, g int, runners []func(context.Context, Keys, []an
 		b.Errorf("%d calls failed", n)
 	}
 }
+
+// With two lanes, each key's calls go through one lane, in the order they
+// were made, while the lanes send their batches at once: calls queued
+// behind a paused master reach it in order once it resumes, key by key.
+func TestPipelineLanesKeepEachKeysOrder(t *testing.T) {
+	m, admin, one := startMaster(t)
+	p := New(one.client, testLimit, 2)
+	t.Cleanup(p.Close)
+	t.Cleanup(func() { _ = m.Resume(context.Background()) }) // before p.Close
+	push := redis.NewScript("return redis.call('RPUSH', KEYS[1], ARGV[1])")
+	keys := make([]Keys, 8)
+	used := map[*lane]bool{}
+	for i := range keys {
+		keys[i] = NewKeys("list" + strconv.Itoa(i))
+		used[p.laneOf(keys[i])] = true
+	}
+	require.Len(t, used, 2, "the keys spread over both lanes")
+
+	require.NoError(t, m.Pause(t.Context()))
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n*len(keys))
+	for j := range n {
+		for i := range keys {
+			wg.Add(1)
+			p.Go(t.Context(), push, keys[i], []any{j}, Options{}, completion(func(_ int64, err error) {
+				errs <- err
+				wg.Done()
+			}))
+		}
+	}
+	for l := range p.lanes {
+		p.mu.Lock()
+		queued := len(p.lanes[l].queue)
+		p.mu.Unlock()
+		assert.Positive(t, queued, "lane %d", l)
+	}
+	require.NoError(t, m.Resume(t.Context()))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	want := make([]string, n)
+	for j := range want {
+		want[j] = strconv.Itoa(j)
+	}
+	for i := range keys {
+		got, err := admin.LRange(t.Context(), keys[i].Names[0], 0, -1).Result()
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "key %d", i)
+	}
+}
+
+// completion is a func as a Completion.
+type completion func(int64, error)
+
+func (f completion) Complete(v int64, err error) { f(v, err) }

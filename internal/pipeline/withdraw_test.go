@@ -27,7 +27,7 @@ func TestPipelineWithdraw(t *testing.T) {
 	}
 	results := make(chan result, 4)
 	run := func(key string, group *Group, unsent *atomic.Uint64, index int) {
-		_, err := p.RunWithdrawable(t.Context(), incrScript, NewKeys(key), nil, group, unsent, index)
+		_, err := goWait(t.Context(), p, incrScript, NewKeys(key), Options{Group: group, Unsent: unsent, Index: index})
 		results <- result{err, key}
 	}
 	go run("a1", groupA, &unsentA, 1)
@@ -56,7 +56,7 @@ func TestPipelineWithdraw(t *testing.T) {
 	}
 
 	// Made after Withdraw: not queued at all.
-	_, err := p.RunWithdrawable(t.Context(), incrScript, NewKeys("a0"), nil, groupA, &unsentA, 0)
+	_, err := goWait(t.Context(), p, incrScript, NewKeys("a0"), Options{Group: groupA, Unsent: &unsentA})
 	assert.ErrorIs(t, err, ErrWithdrawn)
 	assert.Equal(t, uint64(1<<0|1<<1|1<<3), unsentA.Load())
 
@@ -66,7 +66,7 @@ func TestPipelineWithdraw(t *testing.T) {
 		assert.NoError(t, (<-results).err)
 	}
 	// The master is idle: a call of the same group goes out.
-	_, err = p.RunWithdrawable(t.Context(), incrScript, NewKeys("a4"), nil, groupA, &unsentA, 4)
+	_, err = goWait(t.Context(), p, incrScript, NewKeys("a4"), Options{Group: groupA, Unsent: &unsentA, Index: 4})
 	assert.NoError(t, err)
 	assert.Equal(t, int64(1), getInt(t, admin, "a4"))
 	assert.Zero(t, getInt(t, admin, "a0"))
@@ -88,10 +88,10 @@ func (s skipIndex) Skip(i int) bool { return i == int(s) }
 // call would be sent, not when it is made.
 func TestPipelineKeptCallSkipped(t *testing.T) {
 	m, admin, p := startMaster(t)
-	v, err := p.RunKept(t.Context(), incrScript, NewKeys("alone"), nil, skipIndex(1), 1)
+	v, err := goWait(t.Context(), p, incrScript, NewKeys("alone"), Options{MustSend: true, Skip: skipIndex(1), Index: 1})
 	require.NoError(t, err)
 	assert.Zero(t, v)
-	v, err = p.RunKept(t.Context(), incrScript, NewKeys("alone"), nil, skipIndex(1), 2)
+	v, err = goWait(t.Context(), p, incrScript, NewKeys("alone"), Options{MustSend: true, Skip: skipIndex(1), Index: 2})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), v, "not skipped: sent")
 
@@ -100,11 +100,11 @@ func TestPipelineKeptCallSkipped(t *testing.T) {
 	lateSkip := skipper(func(int) bool { return skipNow.Load() })
 	done := make(chan int64, 2)
 	go func() {
-		v, _ := p.RunKept(context.Background(), incrScript, NewKeys("queued"), nil, lateSkip, 0)
+		v, _ := goWait(context.Background(), p, incrScript, NewKeys("queued"), Options{MustSend: true, Skip: lateSkip})
 		done <- v
 	}()
 	go func() {
-		v, _ := p.RunKept(context.Background(), incrScript, NewKeys("queued"), nil, skipIndex(1), 0)
+		v, _ := goWait(context.Background(), p, incrScript, NewKeys("queued"), Options{MustSend: true, Skip: skipIndex(1)})
 		done <- v
 	}()
 	poll(t, 5*time.Second, "both queued", func() bool { return queueLen(p) == 2 })
