@@ -93,8 +93,8 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 // retryLater queues cu for retries on master i, which gave no answer (an
 // error, a timeout), until it answers, or a key it removes, which expires
 // at most keyTTL after now, has expired. It does not block. It must be
-// called from a goroutine counted in c.inflight (a call to a master), so
-// that Close waits for the retries too.
+// called while a count in c.inflight is held (a call of a round), so that
+// Close waits for the retries too.
 func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.Duration) {
 	if c.abandon.Err() != nil {
 		return

@@ -295,7 +295,7 @@ func (l *Lock) lateAgreement(holds int) func(context.Context, int, bool) {
 	if holds > 1 {
 		return func(ctx context.Context, i int, unknown bool) {
 			if l.released.Load() {
-				l.client.spawn(func() { l.dropOn(ctx, i, unknown) })
+				l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 			}
 		}
 	}
@@ -325,7 +325,7 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown boo
 	unknown = l.lateUnknown&bit != 0
 	l.lateMu.Unlock()
 	if met {
-		l.client.spawn(func() { l.dropOn(ctx, i, unknown) })
+		l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ type op struct {
 	// returns.
 	unsent *atomic.Uint64
 	// skip, if set, is asked, for keep calls, whether master i needs the
-	// call at all (see pipeline.RunKept).
+	// call at all (see pipeline.Options.Skip).
 	skip pipeline.Skipper
 }
 
@@ -153,10 +154,11 @@ const replyUpgrade = -1
 // do runs o on every master in parallel and decides as soon as a quorum has
 // agreed or can no longer agree, at the latest MasterTimeout after the
 // round starts or when ctx ends, whether or not the Redis client honours
-// contexts. Calls still running then go on in the background, each bounded
-// by lateCallFactor times MasterTimeout and never cut off by ctx: a
-// release or extend still reaches slow masters, and a call is answered
-// before its undo is sent unless it timed out.
+// contexts. Calls still running then go on in the background, never cut
+// off by ctx: each is sent under a bound of lateCallFactor times
+// MasterTimeout (one queued behind others to a slow master waits for them
+// first), so that a release or extend still reaches slow masters, and a
+// call is answered before its undo is sent unless it timed out.
 //
 // With o.withdrawable, calls still queued to masters that are behind when
 // the round is decided are never sent (see Client.withdraw).
@@ -203,9 +205,9 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	// cancellation ends only the decision: a call cut off mid-reply costs
 	// the pool its connection, and an undo sent on another connection
 	// before the call was answered could overtake it (see scripts.lua).
-	// Close need not cancel them: it waits lateCallFactor*MasterTimeout
-	// before giving up on cleanup, by which time each call has ended, or
-	// its client ignores contexts.
+	// Close need not cancel them: it waits lateCallFactor*MasterTimeout,
+	// by which time each call sent has ended (or its client ignores
+	// contexts), then drops the calls still queued.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
 	deadline := time.NewTimer(c.masterTimeout) // of the decision
 	defer deadline.Stop()
@@ -391,6 +393,7 @@ func (c *Client) complete(r *round, i int, v int64, err error) {
 		var known bool
 		if s.server, s.err, known = c.admitKnown(i); !known {
 			go func() {
+				pprof.SetGoroutineLabels(r.ctx)
 				s.server, s.err = c.admit(r.ctx, i)
 				c.replied(r, i)
 			}()
@@ -517,10 +520,11 @@ func (c *Client) settle(r *round, i int) {
 	c.callDone(r)
 }
 
-// background runs f, then callDone, on a goroutine of its own: a call of
-// round r that goes on after its answer.
+// background runs f, then callDone, on a goroutine of its own under the
+// round's pprof labels: a call of round r that goes on after its answer.
 func (c *Client) background(r *round, f func()) {
 	go func() {
+		pprof.SetGoroutineLabels(r.ctx)
 		f()
 		c.callDone(r)
 	}()
@@ -535,12 +539,14 @@ func (c *Client) callDone(r *round) {
 	c.inflight.Done()
 }
 
-// spawn runs f on a goroutine of its own that Close waits for. It must be
-// called from one counted in c.inflight already (a call of a round).
-func (c *Client) spawn(f func()) {
+// spawn runs f on a goroutine of its own, under ctx's pprof labels, that
+// Close waits for. It must be called while a count in c.inflight is held
+// (a call of a round).
+func (c *Client) spawn(ctx context.Context, f func()) {
 	c.inflight.Add(1)
 	go func() {
 		defer c.inflight.Done()
+		pprof.SetGoroutineLabels(ctx)
 		f()
 	}()
 }
@@ -562,7 +568,7 @@ func isReply(err error) bool {
 
 // quorumError describes a failed round. It reads only the slots the decider
 // saw (including those awaitUndo heard from); the others may still be
-// written by their goroutines. A master that had not answered is reported
+// written by the pipelines. A master that had not answered is reported
 // with ErrMasterTimeout if the round's deadline decided it, else ErrNoReply
 // (or the caller's context error).
 func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bool, elapsed time.Duration) *QuorumError {

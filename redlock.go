@@ -115,9 +115,9 @@ type Options struct {
 // It is safe for concurrent use. Make one with New: the methods of a zero
 // or nil Client return an error wrapping ErrInvalidArgument (or zero
 // results) and do nothing. Between operations a Client keeps, per
-// master, the goroutine that sends its calls (or, for a client that cannot
-// pipeline, up to 16 that ran calls) waiting for the next ones; Close ends
-// them.
+// master, the goroutines that send its calls (one, or two for a client of
+// one master; up to 16 that ran calls for a client that cannot pipeline)
+// waiting for the next ones; Close ends them.
 type Client struct {
 	nodes         []node
 	quorum        int

@@ -98,6 +98,15 @@ func TestPipelineMustSendAloneOutlivesCallerContext(t *testing.T) {
 // would end at the call's deadline, which the caller's return marks, and
 // the test resumes 500ms after that (the margin covers a busy machine).
 func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
+	for _, how := range []string{"batch", "alone"} {
+		t.Run(how, func(t *testing.T) { mustSendOutlivesCallerDeadline(t, how == "batch") })
+	}
+}
+
+// mustSendOutlivesCallerDeadline is TestPipelineMustSendInBatchOutlivesCallerDeadline
+// with two calls of Run, which go in a batch, or one call of Go, which
+// goes alone, bounded as in a batch because it queued behind another.
+func mustSendOutlivesCallerDeadline(t *testing.T, batch bool) {
 	m, admin, p := startMaster(t)
 	require.NoError(t, m.Pause(t.Context()))
 
@@ -112,15 +121,23 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	// Two, so that they go in a batch.
-	must := make(chan error, 2)
-	for range 2 {
+	n := 1
+	if batch {
+		n = 2
+	}
+	must := make(chan error, n)
+	for range n {
 		go func() {
-			_, err := p.Run(ctx, incrScript, NewKeys("must"), nil, true)
+			var err error
+			if batch {
+				_, err = p.Run(ctx, incrScript, NewKeys("must"), nil, true)
+			} else {
+				_, err = goWait(ctx, p, incrScript, NewKeys("must"), Options{MustSend: true})
+			}
 			must <- err
 		}()
 	}
-	poll(t, 5*time.Second, "the mustSend calls queued", func() bool { return queueLen(p) == 2 })
+	poll(t, 5*time.Second, "the mustSend calls queued", func() bool { return queueLen(p) == n })
 
 	// The occupying call fails at its deadline (a go-redis i/o timeout),
 	// the mustSend caller returns at its own; testLimit keeps a broken Run
@@ -131,7 +148,7 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 	case <-time.After(testLimit):
 		t.Fatal("the occupying call did not end at its deadline")
 	}
-	for range 2 {
+	for range n {
 		select {
 		case err := <-must:
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
@@ -140,13 +157,17 @@ func TestPipelineMustSendInBatchOutlivesCallerDeadline(t *testing.T) {
 			t.Fatal("Run did not return at its deadline")
 		}
 	}
-	poll(t, 5*time.Second, "the mustSend calls sent in a batch", func() bool { return queueLen(p) == 0 })
+	poll(t, 5*time.Second, "the mustSend calls sent", func() bool { return queueLen(p) == 0 })
 	time.Sleep(500 * time.Millisecond)
 
 	require.NoError(t, m.Resume(t.Context()))
-	poll(t, 5*time.Second, "mustSend calls applied", func() bool { return getInt(t, admin, "must") == 2 })
+	poll(t, 5*time.Second, "mustSend calls applied", func() bool { return getInt(t, admin, "must") == int64(n) })
 	poll(t, 5*time.Second, "idle", func() bool { return idle(p) })
-	assert.Equal(t, 2, statsOf(p).batched)
+	if batch {
+		assert.Equal(t, 2, statsOf(p).batched)
+	} else {
+		assert.Equal(t, 2, statsOf(p).alone, "the occupying call, then the mustSend call")
+	}
 }
 
 // Abort answers every queued call ErrClosed, mustSend ones included, sends

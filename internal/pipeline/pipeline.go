@@ -134,11 +134,12 @@ type Pipeline struct {
 	senders sync.WaitGroup
 	workers workers
 
-	mu     sync.Mutex
-	closed bool
-	lanes  []lane
-	loose  int // queued calls that may be shed, in every lane
-	stats  stats
+	mu      sync.Mutex
+	closed  bool
+	aborted bool // closed by Abort: a call accepted meanwhile is answered ErrClosed
+	lanes   []lane
+	loose   int // queued calls that may be shed, in every lane
+	stats   stats
 
 	// Loads of the library while fnState is unknown (see probeLocked).
 	probing bool      // one is under way
@@ -156,7 +157,8 @@ type lane struct {
 	wake      chan struct{} // cap 1: a token for the idle sender
 	up        bool          // the sender goroutine runs
 	busy      bool          // the sender has calls to send, or in flight
-	busySince time.Time     // when what is in flight was sent
+	sending   bool          // the sender has a call or batch in flight
+	busySince time.Time     // when that was sent
 	queue     []*call       // FIFO
 
 	// The sender's own, reused from batch to batch.
@@ -181,10 +183,11 @@ type stats struct {
 // Completion receives the outcome of a call started with Go.
 type Completion interface {
 	// Complete receives the script's integer reply, or why there is none
-	// (see Run for the errors). It is called once per call, on the
-	// Pipeline's goroutine that sent the call, or on the goroutine that
-	// called Go or Withdraw where the call was answered without being
-	// sent. It must not block: other calls' replies wait for it.
+	// (see Run for the errors). It is called once per call: on the
+	// Pipeline's goroutine that sent the call, or dropped it unsent from
+	// its queue; or, for a call answered without being sent, on the
+	// goroutine that called Go, Withdraw or Abort. It must not block:
+	// other calls' replies wait for it.
 	Complete(v int64, err error)
 }
 
@@ -225,9 +228,12 @@ type call struct {
 	// detach: sent alone, the call's context never cuts it (Run's
 	// mustSend: its caller stops waiting when that context ends).
 	detach bool
-	argv   []any      // EVALSHA's or FCALL's arguments; its buffer is reused
-	cmd    *redis.Cmd // what is sent
-	done   Completion
+	// queuedBehind: the call queued behind another in flight; sent alone,
+	// it is still bounded as in a batch (see sendContext).
+	queuedBehind bool
+	argv         []any      // EVALSHA's or FCALL's arguments; its buffer is reused
+	cmd          *redis.Cmd // what is sent
+	done         Completion
 	Options
 }
 
@@ -352,8 +358,8 @@ func (p *Pipeline) start(ctx context.Context, s *redis.Script, keys Keys, args [
 func (p *Pipeline) accept(ctx context.Context, s *redis.Script, keys Keys, args []any, o Options, detach bool, done Completion) {
 	c := callPool.Get().(*call)
 	c.ctx, c.script, c.keys, c.args, c.Options, c.detach, c.done = ctx, s, keys, args, o, detach, done
-	if p.proc != nil {
-		c.cmd = p.build(ctx, c, s, keys, args)
+	if p.proc != nil || p.piper != nil {
+		c.cmd = p.build(ctx, c, s, keys, args) // a batch needs it too
 	}
 	if p.piper == nil {
 		p.workers.run(c)
@@ -361,10 +367,16 @@ func (p *Pipeline) accept(ctx context.Context, s *redis.Script, keys Keys, args 
 	}
 	ln := p.laneOf(keys)
 	p.mu.Lock()
+	if p.aborted {
+		p.mu.Unlock()
+		p.answer(c, 0, ErrClosed)
+		return
+	}
+	c.queuedBehind = ln.busy
 	ln.queue = append(ln.queue, c)
 	wake := !ln.busy
 	if wake {
-		ln.busy, ln.busySince = true, time.Now()
+		ln.busy = true
 		if !ln.up {
 			ln.up = true
 			p.senders.Add(1)
@@ -505,11 +517,11 @@ func (p *Pipeline) Withdraw(group *Group, behind time.Duration) {
 }
 
 // behindLocked reports whether Withdraw was called for group and the lane
-// is busy with what it sent at least group's behind ago. p.mu must be
+// has in flight what it sent at least group's behind ago. p.mu must be
 // held.
 func (ln *lane) behindLocked(group *Group) bool {
 	b := group.behind.Load()
-	return b > 0 && ln.busy && time.Since(ln.busySince) >= time.Duration(b)
+	return b > 0 && ln.sending && time.Since(ln.busySince) >= time.Duration(b)
 }
 
 // withdrawnLocked counts a withdrawn call and sets its bit. p.mu must be
@@ -528,6 +540,7 @@ func (ln *lane) sender() {
 	defer p.senders.Done()
 	for {
 		p.mu.Lock()
+		ln.sending = false
 		for len(ln.queue) == 0 {
 			ln.busy = false
 			if p.closed {
@@ -540,7 +553,7 @@ func (ln *lane) sender() {
 			p.mu.Lock()
 		}
 		batch := ln.takeLocked()
-		ln.busySince = time.Now()
+		ln.sending, ln.busySince = len(batch) > 0, time.Now()
 		if len(batch) == 1 {
 			p.stats.alone++
 		} else if len(batch) > 1 {
@@ -610,11 +623,12 @@ func (ln *lane) takeLocked() []*call {
 
 // sendContext returns the context to send call c alone under, and its
 // cancel (nil for c's own context): c's own while it lasts and has a
-// deadline within limit, unless c is detached; else one bounded by limit,
-// without c's cancellation where c must be sent.
+// deadline within limit, unless c must not be cut by it (detached, or
+// MustSend and queued behind another call, as a batch would be); else one
+// bounded by limit, without c's cancellation where c must be sent.
 func (p *Pipeline) sendContext(c *call) (context.Context, context.CancelFunc) {
 	d, ok := c.ctx.Deadline()
-	must := c.detach || c.MustSend && c.ctx.Err() != nil
+	must := c.detach || c.MustSend && (c.queuedBehind || c.ctx.Err() != nil)
 	if !must && ok && time.Until(d) <= p.limit {
 		return c.ctx, nil
 	}
@@ -855,6 +869,7 @@ func (p *Pipeline) wait() {
 func (p *Pipeline) Abort() {
 	p.mu.Lock()
 	p.closeLocked()
+	p.aborted = true
 	var aborted []answer
 	for l := range p.lanes {
 		ln := &p.lanes[l]

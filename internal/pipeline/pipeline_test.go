@@ -601,3 +601,40 @@ func TestPipelineLanesKeepEachKeysOrder(t *testing.T) {
 type completion func(int64, error)
 
 func (f completion) Complete(v int64, err error) { f(v, err) }
+
+// A client that pipelines without being a go-redis type (a wrapper, say)
+// batches too: its queued calls get their commands.
+func TestPipelineWrappedClientBatches(t *testing.T) {
+	m, _, one := startMaster(t)
+	p := New(struct{ *redis.Client }{one.client.(*redis.Client)}, testLimit, 1)
+	require.NotNil(t, p.piper)
+	require.Nil(t, p.proc)
+	t.Cleanup(p.Close)
+	t.Cleanup(func() { _ = m.Resume(context.Background()) }) // before p.Close
+	occupied := occupy(t, m, p)
+	echoAll(t, p, 5, 10, func() {
+		poll(t, 5*time.Second, "all queued", func() bool { return queueLen(p) == 5 })
+		require.NoError(t, m.Resume(t.Context()))
+	})
+	require.NoError(t, <-occupied)
+	s := statsOf(p)
+	assert.Equal(t, 1, s.batches)
+	assert.Equal(t, 5, s.batched)
+}
+
+// A lane is behind only while it has in flight what it sent long enough
+// ago: a lane woken for a call that its sender has not taken yet is not,
+// however long the sender takes to run.
+func TestPipelineLaneBehindOnlyWhileSending(t *testing.T) {
+	p := New(&gatedScripter{}, testLimit, 1)
+	ln, g := &p.lanes[0], new(Group)
+	g.behind.Store(int64(time.Millisecond))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ln.busy, ln.busySince = true, time.Now().Add(-time.Hour)
+	assert.False(t, ln.behindLocked(g), "woken, nothing sent")
+	ln.sending = true
+	assert.True(t, ln.behindLocked(g), "sent an hour ago")
+	ln.busySince = time.Now()
+	assert.False(t, ln.behindLocked(g), "sent just now")
+}

@@ -1,0 +1,59 @@
+package redlock
+
+import (
+	"context"
+	"runtime/pprof"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// labelsOf returns the pprof labels of the goroutines whose stack has fn.
+func labelsOf(t *testing.T, fn string) []string {
+	t.Helper()
+	var profile strings.Builder
+	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&profile, 1))
+	var labels []string
+	for _, g := range strings.Split(profile.String(), "\n\n") {
+		if !strings.Contains(g, fn) {
+			continue
+		}
+		for _, line := range strings.Split(g, "\n") {
+			if strings.HasPrefix(line, "# labels:") {
+				labels = append(labels, line)
+			}
+		}
+	}
+	return labels
+}
+
+// What a round does after its answers, on goroutines of its own (undos,
+// repairs, drops of late agreements), runs under the pprof labels of the
+// round's caller, whichever goroutine starts it: a master's sender, which
+// sends a batch under its first call's labels, may. CPU profiles stay per
+// request.
+func TestRoundGoroutinesRunUnderTheCallersLabels(t *testing.T) {
+	c := newFakeClient(t, fakes(1), nil)
+	ctx := pprof.WithLabels(context.Background(), pprof.Labels("request", "mine"))
+	r := &round{ctx: ctx, cancel: func() {}}
+	r.running.Store(1)
+	c.inflight.Add(1)
+
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	wait := func() {
+		started <- struct{}{}
+		<-release
+	}
+	pprof.Do(context.Background(), pprof.Labels("request", "other"), func(context.Context) {
+		c.background(r, func() { wait() })
+		c.spawn(ctx, func() { wait() })
+	})
+	<-started
+	<-started
+	defer close(release)
+	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, labelsOf(t, "redlock.(*Client).background.func1"))
+	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, labelsOf(t, "redlock.(*Client).spawn.func1"))
+}
