@@ -3,31 +3,12 @@ package redlock
 import (
 	"context"
 	"runtime/pprof"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-)
 
-// labelsOf returns the pprof labels of the goroutines whose stack has fn.
-func labelsOf(t *testing.T, fn string) []string {
-	t.Helper()
-	var profile strings.Builder
-	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&profile, 1))
-	var labels []string
-	for _, g := range strings.Split(profile.String(), "\n\n") {
-		if !strings.Contains(g, fn) {
-			continue
-		}
-		for _, line := range strings.Split(g, "\n") {
-			if strings.HasPrefix(line, "# labels:") {
-				labels = append(labels, line)
-			}
-		}
-	}
-	return labels
-}
+	"github.com/go-redlock/redlock/internal/harness"
+)
 
 // What a round does after its answers, on goroutines of its own (undos,
 // repairs, drops of late agreements), runs under the pprof labels of the
@@ -54,6 +35,6 @@ func TestRoundGoroutinesRunUnderTheCallersLabels(t *testing.T) {
 	<-started
 	<-started
 	defer close(release)
-	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, labelsOf(t, "redlock.(*Client).background.func1"))
-	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, labelsOf(t, "redlock.(*Client).spawn.func1"))
+	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, harness.GoroutineLabels(t, "redlock.(*Client).background.func1"))
+	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, harness.GoroutineLabels(t, "redlock.(*Client).spawn.func1"))
 }

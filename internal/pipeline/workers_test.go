@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // gatedScripter is a client that cannot pipeline: its script calls answer
@@ -107,25 +108,6 @@ func TestWorkersWaitingAreBounded(t *testing.T) {
 	assert.LessOrEqual(t, p.workers.idle.Load(), int32(2))
 }
 
-// labelsOf returns the pprof labels of the goroutines whose stack has fn.
-func labelsOf(t *testing.T, fn string) []string {
-	t.Helper()
-	var profile strings.Builder
-	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&profile, 1))
-	var labels []string
-	for _, g := range strings.Split(profile.String(), "\n\n") {
-		if !strings.Contains(g, fn) {
-			continue
-		}
-		for _, line := range strings.Split(g, "\n") {
-			if strings.HasPrefix(line, "# labels:") {
-				labels = append(labels, line)
-			}
-		}
-	}
-	return labels
-}
-
 // runLabelled runs a call under the pprof label request=name and returns a
 // channel that receives its error.
 func runLabelled(p *Pipeline, name string) <-chan error {
@@ -152,7 +134,7 @@ func TestWorkersRunUnderTheCallersLabels(t *testing.T) {
 	second := runLabelled(p, "second")
 	require.Eventually(t, func() bool { return g.reached() == 2 },
 		5*time.Second, time.Millisecond, "the second call never reached the master")
-	labels := labelsOf(t, "gatedScripter).EvalSha")
+	labels := harness.GoroutineLabels(t, "gatedScripter).EvalSha")
 	close(gate)
 	require.NoError(t, <-second)
 	assert.Equal(t, int64(1), p.workers.started.Load(), "the waiting worker sent the second call")
@@ -167,7 +149,7 @@ func TestSenderRunsUnderTheCallersLabels(t *testing.T) {
 	require.NoError(t, m.Pause(t.Context()))
 	second := runLabelled(p, "second")
 	poll(t, 5*time.Second, "sending the second call", func() bool { return statsOf(p).alone == 2 })
-	labels := labelsOf(t, "pipeline.(*lane).sender+")
+	labels := harness.GoroutineLabels(t, "pipeline.(*lane).sender+")
 	require.NoError(t, m.Resume(t.Context()))
 	require.NoError(t, <-second)
 	assert.Equal(t, []string{`# labels: {"request":"second"}`}, labels)
