@@ -18,7 +18,7 @@ import (
 func TestRoundGoroutinesRunUnderTheCallersLabels(t *testing.T) {
 	c := newFakeClient(t, fakes(1), nil)
 	ctx := pprof.WithLabels(context.Background(), pprof.Labels("request", "mine"))
-	r := &round{ctx: ctx, cancel: func() {}}
+	r := &round{ctx: newCallContext(ctx, &c.callTimeouts)}
 	r.running.Store(1)
 	c.inflight.Add(1)
 

@@ -97,7 +97,7 @@ type outcome struct {
 type round struct {
 	c        *Client
 	op       *op
-	ctx      context.Context // of the calls and what follows them (see do)
+	ctx      *callContext // of the calls and what follows them (see do)
 	slots    []slot
 	ready    chan struct{}  // cap 1: the count is settled
 	group    pipeline.Group // its withdrawable calls (see Client.withdraw)
@@ -105,7 +105,6 @@ type round struct {
 	failed   bool
 	finished chan int     // masters done with their undo; set for a failed round with undo
 	running  atomic.Int32 // calls not done with: answered, settled, and their goroutines ended
-	cancel   context.CancelFunc
 
 	mu       sync.Mutex
 	agreed   int    // agreements counted
@@ -208,10 +207,8 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	// Close need not cancel them: it waits lateCallFactor*MasterTimeout,
 	// by which time each call sent has ended (or its client ignores
 	// contexts), then drops the calls still queued.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateCallFactor*c.masterTimeout)
-	deadline := time.NewTimer(c.masterTimeout) // of the decision
-	defer deadline.Stop()
-	r.ctx, r.cancel = callCtx, cancel
+	r.ctx = newCallContext(ctx, &c.callTimeouts)
+	_, decision := c.decisionTimeouts.add(r) // wakes the decider at the deadline
 	r.running.Store(int32(n))
 	c.inflight.Add(n)
 	c.mu.RUnlock()
@@ -221,9 +218,9 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 
 	select {
 	case <-r.ready:
-	case <-deadline.C:
 	case <-ctx.Done():
 	}
+	c.decisionTimeouts.cancel(decision)
 	// What was counted by now decides; the rest missed the deadline.
 	r.mu.Lock()
 	r.closed = true
@@ -269,6 +266,17 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		c.observeRound(ctx, r, res, elapsed, qe, timedOut)
 	}
 	return outcome{}, qe
+}
+
+// expire wakes the decider at the round's deadline: what was counted by
+// then decides.
+func (r *round) expire() {
+	r.mu.Lock()
+	if !r.signaled {
+		r.signaled = true
+		r.ready <- struct{}{}
+	}
+	r.mu.Unlock()
 }
 
 // withdraw takes back the round's calls still queued to masters that are
@@ -534,7 +542,7 @@ func (c *Client) background(r *round, f func()) {
 // context.
 func (c *Client) callDone(r *round) {
 	if r.running.Add(-1) == 0 {
-		r.cancel()
+		r.ctx.end()
 	}
 	c.inflight.Done()
 }

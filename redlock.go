@@ -144,6 +144,10 @@ type Client struct {
 	closed   bool
 	inflight sync.WaitGroup // calls to masters, including background ones
 
+	// The deadlines of rounds: decisions after MasterTimeout, calls after
+	// lateCallFactor times that.
+	decisionTimeouts, callTimeouts timeouts
+
 	cleaners       []cleaner          // one per master: cleanup retries
 	shutdown       chan struct{}      // closed by Close: pending cleanup retries at once
 	abandon        context.Context    // cancelled when Close stops waiting for cleanup
@@ -211,6 +215,8 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	case c.masterTimeout > maxMasterTimeout:
 		return nil, invalidf("MasterTimeout %v: must be at most %v (multiples of it bound late calls, and would overflow)", c.masterTimeout, maxMasterTimeout)
 	}
+	c.decisionTimeouts.after = c.masterTimeout
+	c.callTimeouts.after = lateCallFactor * c.masterTimeout
 	switch {
 	case c.driftFactor == 0:
 		c.driftFactor = DefaultDriftFactor

@@ -1,0 +1,146 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// expirer is an entry of a timeouts queue.
+type expirer interface {
+	// expire runs when the entry's time has come. It must not block.
+	expire()
+}
+
+// timeouts expires its entries a fixed time after each was added, with one
+// timer for them all: a round's deadlines, which cost a runtime timer each
+// as time.Timer or context.WithTimeout. Every entry waits the same time,
+// so entries expire in the order they were added. An entry cancelled in
+// time is skipped when the timer fires, and the timer is armed for the
+// first entry still pending: while rounds are decided well within their
+// deadlines, it fires about once per that time. Expiries run on the
+// timer's goroutine, one at a time. It is safe for concurrent use.
+type timeouts struct {
+	after time.Duration
+
+	mu      sync.Mutex
+	queue   []pending   // entry number head+i; a cancelled one holds no expirer
+	head    uint64      // the number of queue[0]
+	timer   *time.Timer // runs fire; armed while queue holds entries and fire is not running
+	firing  bool
+	expired []expirer // fire's buffer
+}
+
+type pending struct {
+	at time.Time
+	e  expirer
+}
+
+// add queues e to expire after t.after. It returns e's deadline, and its
+// number for cancel.
+func (t *timeouts) add(e expirer) (time.Time, uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at := time.Now().Add(t.after) // under mu: entries stay in time order
+	n := t.head + uint64(len(t.queue))
+	t.queue = append(t.queue, pending{at, e})
+	if len(t.queue) == 1 && !t.firing {
+		t.arm(t.after)
+	}
+	return at, n
+}
+
+// cancel drops entry n, unless it has expired or is expiring. Its expire
+// may run after cancel returns only in that case.
+func (t *timeouts) cancel(n uint64) {
+	t.mu.Lock()
+	if n >= t.head {
+		t.queue[n-t.head].e = nil
+	}
+	t.mu.Unlock()
+}
+
+// arm sets the timer to fire in d. t.mu must be held.
+func (t *timeouts) arm(d time.Duration) {
+	if t.timer == nil {
+		t.timer = time.AfterFunc(d, t.fire)
+		return
+	}
+	t.timer.Reset(d)
+}
+
+// fire expires the entries whose time has come, drops the cancelled ones
+// ahead of the first entry still pending, and arms the timer for that one.
+func (t *timeouts) fire() {
+	t.mu.Lock()
+	t.firing = true
+	now := time.Now()
+	expired := t.expired[:0]
+	for len(t.queue) > 0 {
+		head := t.queue[0]
+		if head.e != nil {
+			if head.at.After(now) {
+				break
+			}
+			expired = append(expired, head.e)
+		}
+		t.queue[0] = pending{}
+		t.queue = t.queue[1:]
+		t.head++
+	}
+	t.mu.Unlock()
+
+	for _, e := range expired {
+		e.expire()
+	}
+	clear(expired)
+
+	t.mu.Lock()
+	t.expired = expired[:0]
+	t.firing = false
+	if len(t.queue) > 0 {
+		t.arm(time.Until(t.queue[0].at))
+	}
+	t.mu.Unlock()
+}
+
+// callContext is the context of a round's calls (see Client.do): it has
+// its parent's values, not its cancellation, and ends when the round's
+// calls are done (end) or at its deadline, which a timeouts queue of the
+// Client fires.
+type callContext struct {
+	context.Context // a context.WithCancelCause without the parent's cancellation
+	cancel          context.CancelCauseFunc
+	deadline        time.Time
+	q               *timeouts
+	n               uint64
+}
+
+// newCallContext returns a callContext with parent's values that ends
+// q.after from now at the latest.
+func newCallContext(parent context.Context, q *timeouts) *callContext {
+	c := &callContext{q: q}
+	c.Context, c.cancel = context.WithCancelCause(context.WithoutCancel(parent))
+	c.deadline, c.n = q.add(c)
+	return c
+}
+
+func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Err is context.DeadlineExceeded once the deadline ended c, as for a
+// context.WithTimeout.
+func (c *callContext) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+func (c *callContext) expire() { c.cancel(context.DeadlineExceeded) }
+
+// end ends c before its deadline.
+func (c *callContext) end() {
+	c.q.cancel(c.n)
+	c.cancel(context.Canceled)
+}
