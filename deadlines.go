@@ -12,21 +12,22 @@ type expirer interface {
 	expire()
 }
 
-// timeouts expires its entries a fixed time after each was added, with one
-// timer for them all: a round's deadlines, which cost a runtime timer each
-// as time.Timer or context.WithTimeout. Every entry waits the same time,
-// so entries expire in the order they were added. An entry cancelled in
-// time is skipped when the timer fires, and the timer is armed for the
-// first entry still pending: while rounds are decided well within their
-// deadlines, it fires about once per that time. Expiries run on the
-// timer's goroutine, one at a time. It is safe for concurrent use.
+// timeouts expires entries a fixed time after each was added, with one
+// timer for them all rather than one per round (a time.Timer or a
+// context.WithTimeout each). Every entry waits the same time, so entries
+// expire in the order they were added. A cancelled entry is only marked:
+// the timer drops it when it fires, and is then armed for the first entry
+// still pending, so that while rounds end well within their deadlines it
+// fires about once per that time. Expiries run on the timer's goroutine,
+// one at a time. It is safe for concurrent use.
 type timeouts struct {
 	after time.Duration
 
 	mu      sync.Mutex
-	queue   []pending   // entry number head+i; a cancelled one holds no expirer
-	head    uint64      // the number of queue[0]
-	timer   *time.Timer // runs fire; armed while queue holds entries and fire is not running
+	queue   []pending   // queue[first:] are entries head, head+1, ...; a cancelled one holds no expirer
+	first   int         // queue[:first] were dropped
+	head    uint64      // the number of queue[first]
+	timer   *time.Timer // runs fire; armed while entries are queued and fire is not running
 	firing  bool
 	expired []expirer // fire's buffer
 }
@@ -42,20 +43,21 @@ func (t *timeouts) add(e expirer) (time.Time, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	at := time.Now().Add(t.after) // under mu: entries stay in time order
-	n := t.head + uint64(len(t.queue))
+	n := t.head + uint64(len(t.queue)-t.first)
 	t.queue = append(t.queue, pending{at, e})
-	if len(t.queue) == 1 && !t.firing {
+	if len(t.queue)-t.first == 1 && !t.firing {
 		t.arm(t.after)
 	}
 	return at, n
 }
 
-// cancel drops entry n, unless it has expired or is expiring. Its expire
-// may run after cancel returns only in that case.
+// cancel marks entry n so that it does not expire, unless it has expired
+// or is expiring already: only then may its expire run after cancel
+// returns.
 func (t *timeouts) cancel(n uint64) {
 	t.mu.Lock()
 	if n >= t.head {
-		t.queue[n-t.head].e = nil
+		t.queue[t.first+int(n-t.head)].e = nil
 	}
 	t.mu.Unlock()
 }
@@ -76,18 +78,18 @@ func (t *timeouts) fire() {
 	t.firing = true
 	now := time.Now()
 	expired := t.expired[:0]
-	for len(t.queue) > 0 {
-		head := t.queue[0]
-		if head.e != nil {
-			if head.at.After(now) {
+	for ; t.first < len(t.queue); t.first++ {
+		p := &t.queue[t.first]
+		if p.e != nil {
+			if p.at.After(now) {
 				break
 			}
-			expired = append(expired, head.e)
+			expired = append(expired, p.e)
 		}
-		t.queue[0] = pending{}
-		t.queue = t.queue[1:]
+		*p = pending{}
 		t.head++
 	}
+	t.compact()
 	t.mu.Unlock()
 
 	for _, e := range expired {
@@ -98,10 +100,22 @@ func (t *timeouts) fire() {
 	t.mu.Lock()
 	t.expired = expired[:0]
 	t.firing = false
-	if len(t.queue) > 0 {
-		t.arm(time.Until(t.queue[0].at))
+	if t.first < len(t.queue) {
+		t.arm(time.Until(t.queue[t.first].at))
 	}
 	t.mu.Unlock()
+}
+
+// compact moves the entries queued to the front of t.queue once the
+// dropped ones are as many: the array is reused rather than grown. t.mu
+// must be held.
+func (t *timeouts) compact() {
+	if t.first < len(t.queue)-t.first {
+		return
+	}
+	n := copy(t.queue, t.queue[t.first:])
+	clear(t.queue[n:])
+	t.queue, t.first = t.queue[:n], 0
 }
 
 // callContext is the context of a round's calls (see Client.do): it has
@@ -127,8 +141,9 @@ func newCallContext(parent context.Context, q *timeouts) *callContext {
 
 func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
-// Err is context.DeadlineExceeded once the deadline ended c, as for a
-// context.WithTimeout.
+// Err is context.DeadlineExceeded once the deadline ended c. Contexts
+// derived from c then end with context.Canceled, their cause
+// DeadlineExceeded.
 func (c *callContext) Err() error {
 	err := c.Context.Err()
 	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {

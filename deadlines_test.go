@@ -24,6 +24,29 @@ type expired struct {
 
 func (e *expiry) expire() { e.out <- expired{e.name, time.Now()} }
 
+// receive returns the next expiry, or fails the test if none comes within
+// 10s: the entries of these tests wait milliseconds.
+func receive(t *testing.T, out <-chan expired) expired {
+	t.Helper()
+	select {
+	case e := <-out:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no entry expired within 10s")
+		return expired{}
+	}
+}
+
+// ended fails the test unless ctx ends within 10s.
+func ended(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the context did not end within 10s")
+	}
+}
+
 // hold keeps q's timer from firing until release, as if it were firing:
 // what the test does meanwhile cannot race with it however slow the
 // machine.
@@ -36,7 +59,7 @@ func hold(q *timeouts) {
 func release(q *timeouts) {
 	q.mu.Lock()
 	q.firing = false
-	if len(q.queue) > 0 {
+	if q.first < len(q.queue) {
 		q.arm(0)
 	}
 	q.mu.Unlock()
@@ -63,7 +86,7 @@ func TestTimeoutsExpireInOrderExceptCancelled(t *testing.T) {
 	release(q)
 	var got []string
 	check := func() {
-		e := <-out
+		e := receive(t, out)
 		got = append(got, e.name)
 		assert.False(t, e.at.Before(deadlines[e.name]), "%s expired before its deadline", e.name)
 	}
@@ -109,7 +132,7 @@ func TestTimeoutsUnderConcurrentUse(t *testing.T) {
 	release(q)
 	seen := map[string]bool{}
 	for range 500 {
-		e := <-out
+		e := receive(t, out)
 		require.False(t, e.at.Before(deadlines[e.name]), "%s expired before its deadline", e.name)
 		require.False(t, seen[e.name], "%s expired twice", e.name)
 		seen[e.name] = true
@@ -128,11 +151,12 @@ type ctxKey struct{}
 
 // A round's call context keeps its parent's values, not its cancellation,
 // reports its deadline, and ends at it as context.WithTimeout does, its
-// children with it.
+// children with it (as cancelled, with the deadline as cause).
 func TestCallContextEndsAtItsDeadline(t *testing.T) {
 	q := &timeouts{after: 10 * time.Millisecond}
 	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 	start := time.Now()
+	hold(q) // until what must come before the deadline is checked
 	c := newCallContext(parent, q)
 	cancelParent()
 	child, cancelChild := context.WithCancel(c)
@@ -143,12 +167,14 @@ func TestCallContextEndsAtItsDeadline(t *testing.T) {
 	assert.False(t, d.Before(start.Add(q.after)), "deadline %v before its time", d)
 	assert.Equal(t, "v", c.Value(ctxKey{}))
 	assert.NoError(t, c.Err(), "the parent's cancellation ended it")
+	release(q)
 
-	<-c.Done()
+	ended(t, c)
 	assert.False(t, time.Now().Before(d), "ended before its deadline")
 	assert.ErrorIs(t, c.Err(), context.DeadlineExceeded)
 	assert.Equal(t, context.DeadlineExceeded, context.Cause(c))
-	<-child.Done()
+	ended(t, child)
+	assert.ErrorIs(t, child.Err(), context.Canceled, "a derived context ends as cancelled")
 	assert.Equal(t, context.DeadlineExceeded, context.Cause(child))
 }
 
@@ -158,10 +184,76 @@ func TestCallContextEnd(t *testing.T) {
 	q := &timeouts{after: time.Hour}
 	c := newCallContext(context.Background(), q)
 	c.end()
-	<-c.Done()
+	ended(t, c)
 	assert.ErrorIs(t, c.Err(), context.Canceled)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	require.Len(t, q.queue, 1)
 	assert.Nil(t, q.queue[0].e)
+}
+
+// Entries added and cancelled without pause, as rounds are, never hold
+// back the expiry of one still pending: the timer stays armed for it.
+func TestTimeoutsExpireWhileEntriesKeepComing(t *testing.T) {
+	q := &timeouts{after: 20 * time.Millisecond}
+	out := make(chan expired, 1)
+	q.add(&expiry{name: "pending", out: out})
+	stop := time.After(5 * time.Second)
+	for i := 0; ; i++ {
+		select {
+		case <-out:
+			return
+		case <-stop:
+			t.Fatalf("the pending entry did not expire in 5s while %d others came and went", i)
+		case <-time.After(time.Millisecond):
+			_, n := q.add(&expiry{name: "ended", out: out})
+			q.cancel(n)
+		}
+	}
+}
+
+// With the timer live, entries added, cancelled and expiring all at once
+// expire at most once, and exactly once where not cancelled.
+func TestTimeoutsWhileFiring(t *testing.T) {
+	q := &timeouts{after: 200 * time.Microsecond}
+	const adds = 3000
+	out := make(chan expired, adds)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	kept := map[string]bool{}
+	for g := range 3 {
+		wg.Go(func() {
+			for i := range adds / 3 {
+				name := fmt.Sprint(g, "/", i)
+				_, n := q.add(&expiry{name: name, out: out})
+				if i%3 == 0 {
+					q.cancel(n) // may be too late: then it expires
+					continue
+				}
+				mu.Lock()
+				kept[name] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for left := len(kept); left > 0; {
+		e := receive(t, out)
+		require.False(t, seen[e.name], "%s expired twice", e.name)
+		seen[e.name] = true
+		if kept[e.name] {
+			left--
+		}
+	}
+	require.Eventually(t, func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.first == len(q.queue) && !q.firing
+	}, 10*time.Second, time.Millisecond, "entries left behind")
+	for len(out) > 0 {
+		e := <-out
+		require.False(t, seen[e.name], "%s expired twice", e.name)
+		seen[e.name] = true
+	}
 }

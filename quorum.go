@@ -82,10 +82,10 @@ type outcome struct {
 // and the masters' pipelines, which answer each call through its slot
 // (see Client.complete), communicate through it:
 //   - a call's answer is written to its slot, then counted (tally), unless
-//     the count has closed; the answer that settles the count signals
-//     ready;
-//   - the decider waits for ready, the deadline or its context, closes
-//     the count, sets failed, then decides (Client.decide);
+//     the count has closed; the answer that settles the count, or the
+//     round's deadline (see expire), whichever comes first, signals ready;
+//   - the decider waits for ready or its context, closes the count, sets
+//     failed, then decides (Client.decide);
 //   - after that, each call that needs it settles (Client.settle): if the
 //     round failed it tries once to undo its call, sends its index on
 //     finished, and goes on retrying the undo in the background if that
@@ -99,7 +99,7 @@ type round struct {
 	op       *op
 	ctx      *callContext // of the calls and what follows them (see do)
 	slots    []slot
-	ready    chan struct{}  // cap 1: the count is settled
+	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
 	group    pipeline.Group // its withdrawable calls (see Client.withdraw)
 	start    time.Time      // set with an Observer only
 	failed   bool
