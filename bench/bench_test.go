@@ -461,7 +461,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 	var cases []lockUnlockCase
 	for _, g := range []int{1, 16, 64} {
-		for _, c := range []libCase{{Redlock, 5}, {RedlockRueidis, 5}, {Redlock, 1}, {Redsync, 5}, {Redislock, 1}} {
+		for _, c := range []libCase{{Redlock, 5}, {RedlockRueidis, 5}, {Redlock, 1}, {RedlockRueidis, 1}, {Redsync, 5}, {Redislock, 1}, {Transport, 1}} {
 			cases = append(cases, lockUnlockCase{c, g, false})
 		}
 	}

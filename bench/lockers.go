@@ -128,6 +128,11 @@ func NewLocker(lib string, masters []*redis.Client) (Locker, error) {
 			return nil, err
 		}
 		return &redlockLocker{c: c, close: closeAll}, nil
+	case Transport:
+		if len(masters) != 1 {
+			return nil, fmt.Errorf("%s: %d masters, want 1", Transport, len(masters))
+		}
+		return newTransport(masters[0]), nil
 	case Redsync:
 		pools := make([]redsyncredis.Pool, len(masters))
 		for i, m := range masters {

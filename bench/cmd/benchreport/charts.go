@@ -19,6 +19,8 @@ var libColors = map[string]color.Color{
 	"redlock-1":         color.RGBA{R: 0xff, G: 0x98, B: 0x96, A: 0xff},
 	"redsync-5":         color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	"redislock-1":       color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	"redlock+rueidis-1": color.RGBA{R: 0xc5, G: 0xb0, B: 0xd5, A: 0xff},
+	"transport-1":       color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
 	"redlock":           color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	"redsync":           color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
@@ -41,7 +43,7 @@ func newPlot(title, x, y string) *plot.Plot {
 // barGroups draws one bar per series in each group; values[s][g] is the
 // height of series s in group g (NaN draws nothing).
 func barGroups(p *plot.Plot, groups, series []string, values [][]float64) error {
-	const width = vg.Length(22)
+	width := vg.Length(min(22, 130/float64(len(series)))) // groups stay apart
 	for s, name := range series {
 		vs := make(plotter.Values, len(groups))
 		for g := range groups {

@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	lockUnlockLibs = []string{"redlock-5", "redlock+rueidis-5", "redlock-1", "redsync-5", "redislock-1"}
+	lockUnlockLibs = []string{"redlock-5", "redlock+rueidis-5", "redlock-1", "redlock+rueidis-1", "redsync-5", "redislock-1", "transport-1"}
 	goroutines     = []int{1, 16, 64}
 	mastersN       = []int{1, 3, 5, 7, 9}
 )
@@ -115,6 +115,18 @@ func (r *report) targets() []target {
 	}
 	ratioTarget("Lock+unlock, 1 master, 16 goroutines: redlock / redislock", "ops/s",
 		lu("redlock-1", 16), lu("redislock-1", 16), 1.2, true)
+	for _, c := range []struct{ lib, what string }{
+		{"redlock+rueidis-1", "redlock on rueidis"},
+		{"transport-1", "redlock's transport alone (redislock's scripts through one master's pipeline)"},
+	} {
+		a, b := lu(c.lib, 16), lu("redislock-1", 16)
+		ts = append(ts, target{
+			what:     fmt.Sprintf("For comparison, no target: %s, 1 master, 16 goroutines / redislock", c.what),
+			goal:     "-",
+			measured: fmt.Sprintf("%s vs %s ops/s", fmtNum(res.med(a, "ops/s"), 0), fmtNum(res.med(b, "ops/s"), 0)),
+			ratio:    fmtRatio(res.med(a, "ops/s") / res.med(b, "ops/s")), met: true, known: !math.IsNaN(res.med(a, "ops/s")),
+		})
+	}
 	ratioTarget("Allocations per lock+unlock, 5 masters, 16 goroutines: redlock / redsync", "allocs/op",
 		lu("redlock-5", 16), lu("redsync-5", 16), 0.75, false)
 
@@ -216,7 +228,8 @@ func (r *report) write(w io.Writer) {
 	p("- Every benchmark function starts its own masters (`integration.StartProcesses`: redis-server 127.0.0.1, no persistence) once; its cases are sub-benchmarks.\n")
 	p("- Every library gets the same go-redis v9 clients: `ContextTimeoutEnabled: true`, 200ms dial/read/write timeouts, no retries, default pool (10 per GOMAXPROCS).\n")
 	p("- TTL 10s everywhere. redlock: defaults (MasterTimeout 50ms, fencing tokens on). redsync: `WithExpiry(10s)`, otherwise defaults (waits for every master; 32 tries 50-250ms apart when contended). redislock: defaults.\n")
-	p("- `redlock-5` is redlock on five masters, `redlock-1` on one; `redsync-5` on the same five; `redislock-1` on one of them.\n")
+	p("- `redlock-5` is redlock on five masters, `redlock-1` on one; `redsync-5` on the same five; `redislock-1` on one of them; `redlock+rueidis-N` is redlock on rueidis clients (package rueidisadapter).\n")
+	p("- `transport-1` is not a lock library: it is redlock's transport alone on one master (the pipeline a client of one master sends through), running redislock's two scripts (SET NX PX, compare-and-delete) with no quorum, fencing or identity check. It shows what pipelining one master's calls buys against one request per call.\n")
 	p("- Uncontended: one attempt per op (`Acquire`, `TryLockContext`, `Obtain`). `key=fresh`: every op locks a key no other op uses (redsync gets a new `Mutex` per key, as its users do). `key=reused`: each goroutine locks its own key again and again. ns/op is wall time per lock+unlock pair over all goroutines.\n")
 	p("- Every loop is bounded by b.N and by 20s per run.\n\n")
 
