@@ -22,9 +22,10 @@ import (
 // shows what pipelining a one-master client's calls buys on this machine.
 const Transport = "transport"
 
+// The Transport's scripts: redislock's, for one key.
 var (
-	transportObtain  = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`)
-	transportRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	TransportObtain  = redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`)
+	TransportRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 )
 
 // errNotHeld is a Transport refusal.
@@ -63,7 +64,7 @@ func (w *transportWorker) Lock(ctx context.Context, key string) error {
 	w.n++
 	w.keys = pipeline.NewKeys(key)
 	w.args = []any{w.prefix + strconv.Itoa(w.n), TTL.Milliseconds()}
-	v, err := w.p.Run(ctx, transportObtain, w.keys, w.args, false)
+	v, err := w.p.Run(ctx, TransportObtain, w.keys, w.args, false)
 	if err == nil && v != 1 {
 		err = errNotHeld
 	}
@@ -71,7 +72,7 @@ func (w *transportWorker) Lock(ctx context.Context, key string) error {
 }
 
 func (w *transportWorker) Unlock(ctx context.Context) error {
-	v, err := w.p.Run(ctx, transportRelease, w.keys, w.args[:1], true)
+	v, err := w.p.Run(ctx, TransportRelease, w.keys, w.args[:1], true)
 	if err == nil && v != 1 {
 		err = errNotHeld
 	}

@@ -201,7 +201,11 @@ func (r *report) write(w io.Writer) {
 	p("## Targets\n\n")
 	p("| Target | Goal | Measured | Ratio | Result |\n|---|---|---|---|---|\n")
 	for _, t := range r.targets() {
-		p("| %s | %s | %s | %s | %s |\n", t.what, t.goal, t.measured, t.ratio, verdict(t.met, t.known))
+		v := verdict(t.met, t.known)
+		if t.goal == "-" && t.known { // for comparison: nothing to meet
+			v = "-"
+		}
+		p("| %s | %s | %s | %s | %s |\n", t.what, t.goal, t.measured, t.ratio, v)
 	}
 	p("\nMedians of the repetitions below; the ratios are of medians from the same run.\n\n")
 
