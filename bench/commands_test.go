@@ -94,7 +94,7 @@ func TestCommandCounter(t *testing.T) {
 func TestCommandsPerLockUnlock(t *testing.T) {
 	cl, clients, _ := cluster(t, 5)
 	addrs := cl.Addrs()
-	for _, c := range []libCase{{Redlock, 1}, {Redlock, 3}, {Redlock, 5}, {Redsync, 5}, {Redislock, 1}} {
+	for _, c := range []libCase{{Redlock, 1}, {Redlock, 3}, {Redlock, 5}, {Redsync, 5}, {Redislock, 1}, {Transport, 1}} {
 		t.Run(c.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
@@ -211,6 +211,28 @@ func TestNewLockerErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = NewLocker(Redislock, make([]*redis.Client, 2))
 	assert.Error(t, err)
+	_, err = NewLocker(Transport, make([]*redis.Client, 2))
+	assert.Error(t, err)
 	_, err = NewLocker(Redlock, nil)
 	assert.True(t, err != nil && !errors.Is(err, context.Canceled))
+}
+
+// The Transport is a lock: a second worker is refused a held key until the
+// first releases it, and a release of a lock not held is refused.
+func TestTransportExcludes(t *testing.T) {
+	_, clients, _ := cluster(t, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := NewLocker(Transport, clients)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	a, b := l.Worker(), l.Worker()
+	require.NoError(t, a.Lock(ctx, "test:transport"))
+	require.ErrorIs(t, b.Lock(ctx, "test:transport"), errNotHeld)
+	require.ErrorIs(t, b.Unlock(ctx), errNotHeld, "b released a's lock")
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, b.Lock(ctx, "test:transport"))
+	require.NoError(t, b.Unlock(ctx))
+	_, err = l.Contender("test:transport")
+	assert.Error(t, err)
 }
