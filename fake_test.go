@@ -20,7 +20,6 @@ type fakeMaster struct {
 	calls    []string          // script names, in call order; "EVAL" marks a fallback
 	cached   bool              // the script cache is loaded
 	gate     chan struct{}
-	gated    string       // the only script the gate holds; "" for all
 	honorCtx bool         // a blocked call returns when its context ends
 	entered  atomic.Int32 // calls that reached the master, blocked or not
 	err      error        // every call fails with it
@@ -32,13 +31,10 @@ func newFake() *fakeMaster {
 
 // block makes every later call wait until unblock (or, with honorCtx, until
 // its context ends).
-func (f *fakeMaster) block(honorCtx bool) { f.blockOnly("", honorCtx) }
-
-// blockOnly is block for the calls of the script named name only.
-func (f *fakeMaster) blockOnly(name string, honorCtx bool) {
+func (f *fakeMaster) block(honorCtx bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.gate, f.gated, f.honorCtx = make(chan struct{}), name, honorCtx
+	f.gate, f.honorCtx = make(chan struct{}), honorCtx
 }
 
 func (f *fakeMaster) unblock() {
@@ -83,9 +79,6 @@ func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args [
 	}
 	f.mu.Lock()
 	gate, honor := f.gate, f.honorCtx
-	if f.gated != "" && f.gated != name {
-		gate = nil
-	}
 	f.mu.Unlock()
 	if gate != nil {
 		if honor {

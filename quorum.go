@@ -272,11 +272,16 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 // then decides.
 func (r *round) expire() {
 	r.mu.Lock()
+	r.signalLocked()
+	r.mu.Unlock()
+}
+
+// signalLocked wakes the decider, once. r.mu must be held.
+func (r *round) signalLocked() {
 	if !r.signaled {
 		r.signaled = true
 		r.ready <- struct{}{}
 	}
-	r.mu.Unlock()
 }
 
 // withdraw takes back the round's calls still queued to masters that are
@@ -421,9 +426,8 @@ func (c *Client) replied(r *round, i int) {
 	r.mu.Lock()
 	if !r.closed {
 		r.tallyLocked(i)
-		if !r.signaled && !r.undecidedLocked() {
-			r.signaled = true
-			r.ready <- struct{}{}
+		if !r.undecidedLocked() {
+			r.signalLocked()
 		}
 	}
 	settleNow := settles && r.decided

@@ -247,25 +247,11 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			}
 			seen[id] = i
 		}
-		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, lanesPerMaster(n))
+		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n))
 		pipe.UseFunctions(functions)
 		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe}
 	}
 	return c, nil
-}
-
-// lanesPerMaster is how many batches of calls a client of n masters keeps
-// in flight to each (see pipeline.New): two in all at least, so that the
-// client reads one master's replies while the masters work on the
-// others. With several masters their batches overlap already; with one,
-// a single batch in flight would leave the master idle while the client
-// handles its replies, and the other way round. The calls of one lock
-// always go through the same lane, in order.
-func lanesPerMaster(n int) int {
-	if n == 1 {
-		return 2
-	}
-	return 1
 }
 
 // addrKey is a master's address in the form of sameAddr, kept apart from

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
@@ -33,10 +33,11 @@ var errNotHeld = errors.New("transport: lock not obtained or not held")
 
 type transportLocker struct{ p *pipeline.Pipeline }
 
-// newTransport returns the Transport on master, with redlock's defaults:
-// calls bounded by 4 MasterTimeouts of 50ms.
+// newTransport returns the Transport on master, as a redlock client of one
+// master with the default options builds it: its calls bounded by four
+// MasterTimeouts (redlock's lateCallFactor).
 func newTransport(master redis.Scripter) *transportLocker {
-	return &transportLocker{p: pipeline.New(master, 200*time.Millisecond, 2)}
+	return &transportLocker{p: pipeline.New(master, 4*redlock.DefaultMasterTimeout, pipeline.LanesPerMaster(1))}
 }
 
 func (t *transportLocker) Worker() Worker { return &transportWorker{p: t.p, prefix: rand.Text()} }

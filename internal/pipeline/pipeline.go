@@ -254,6 +254,20 @@ func (c *call) recycle() {
 	callPool.Put(c)
 }
 
+// LanesPerMaster is how many batches of calls a client keeps in flight to
+// each of its masters (the lanes of New): two in all at least, so that
+// the client reads one master's replies while the masters work on the
+// others. With several masters their batches overlap already; with one, a
+// single batch in flight would leave the master idle while the client
+// handles its replies, and the other way round. The calls of one lock
+// always go through the same lane, in order.
+func LanesPerMaster(masters int) int {
+	if masters == 1 {
+		return 2
+	}
+	return 1
+}
+
 // New returns the Pipeline of the master that client talks to, with lanes
 // (> 0) lanes: batches in flight at once. limit (> 0) bounds every call
 // the Pipeline sends under a context of its own: every batch (a batch runs
@@ -281,7 +295,7 @@ func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
 			p.piper = pc
 		}
 	}
-	p.workers.init(p.sendWorker)
+	p.workers.init(p.sendOne)
 	p.lanes = make([]lane, lanes)
 	for i := range p.lanes {
 		p.lanes[i] = lane{p: p, wake: make(chan struct{}, 1)}
@@ -567,9 +581,7 @@ func (ln *lane) sender() {
 		case 1:
 			c := batch[0]
 			batch[0] = nil
-			pprof.SetGoroutineLabels(c.ctx)
-			v, err := p.sendAlone(c)
-			p.answer(c, v, err)
+			p.sendOne(c)
 		default:
 			pprof.SetGoroutineLabels(batch[0].ctx)
 			if ln.send(batch) {
@@ -647,9 +659,11 @@ func (p *Pipeline) sendAlone(c *call) (int64, error) {
 	return p.runAlone(ctx, c)
 }
 
-// sendWorker is how a worker sends a call of a client that cannot
-// pipeline.
-func (p *Pipeline) sendWorker(c *call) {
+// sendOne sends call c alone and answers it, under its caller's pprof
+// labels (none where it has none): how a lane sends a batch of one, and a
+// worker a call of a client that cannot pipeline.
+func (p *Pipeline) sendOne(c *call) {
+	pprof.SetGoroutineLabels(c.ctx)
 	v, err := p.sendAlone(c)
 	p.answer(c, v, err)
 }
@@ -760,7 +774,7 @@ func (ln *lane) send(batch []*call) (resent bool) {
 	var deadline time.Time
 	for _, c := range batch {
 		d, ok := c.ctx.Deadline()
-		if !ok || c.MustSend || c.detach {
+		if !ok || c.MustSend { // a detached call is MustSend
 			d = limit
 		}
 		if d.After(deadline) {

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 )
@@ -47,9 +46,6 @@ func (w *workers) work(c *call) {
 	defer w.wg.Done()
 	w.started.Add(1)
 	for {
-		// As a goroutine started for c would: its caller's labels, none
-		// where it has none.
-		pprof.SetGoroutineLabels(c.ctx)
 		w.send(c)
 		if w.idle.Add(1) > w.maxIdle {
 			w.idle.Add(-1)

@@ -57,6 +57,10 @@ func run(ctx context.Context, calls, batch, rounds int) error {
 	if err != nil {
 		return err
 	}
+	cc, err := bench.NewCommandCounter(ctx, []*redis.Client{cl.Admin(0)})
+	if err != nil {
+		return err
+	}
 	for _, s := range []*redis.Script{bench.TransportObtain, bench.TransportRelease} {
 		if err := s.Load(ctx, rc).Err(); err != nil {
 			return err
@@ -102,7 +106,7 @@ func run(ctx context.Context, calls, batch, rounds int) error {
 		for _, p := range pairs {
 			replies := make([]any, calls)
 			for _, s := range p {
-				us, err := measure(ctx, rc, calls, batch, func(i int) []any {
+				us, err := measure(ctx, rc, cc, calls, batch, func(i int) []any {
 					return s.call(s.keyf(round, i), replies[i])
 				}, replies)
 				if err != nil {
@@ -153,12 +157,8 @@ func loadLibrary(ctx context.Context, rc *redis.Client) (string, error) {
 }
 
 // measure sends calls commands, batch at a time, and returns the master's
-// CPU time per call in µs; replies[i] is set to command i's reply.
-func measure(ctx context.Context, rc *redis.Client, calls, batch int, command func(i int) []any, replies []any) (float64, error) {
-	cc, err := bench.NewCommandCounter(ctx, []*redis.Client{rc})
-	if err != nil {
-		return 0, err
-	}
+// CPU time per call in µs, as cc counts it; replies[i] is set to command i's reply.
+func measure(ctx context.Context, rc *redis.Client, cc *bench.CommandCounter, calls, batch int, command func(i int) []any, replies []any) (float64, error) {
 	before, err := cc.Snapshot(ctx)
 	if err != nil {
 		return 0, err
