@@ -136,6 +136,11 @@ func mainErr() error {
 	}
 	if *from == "" {
 		rep.took = time.Since(start)
+		if err := writeRecord(recordFile(rawPath), rep.record()); err != nil {
+			return err
+		}
+	} else if err := rep.applyRecord(recordFile(rawPath)); err != nil {
+		return err
 	}
 	var md bytes.Buffer
 	rep.write(&md)
