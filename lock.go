@@ -159,7 +159,7 @@ func (l *Lock) setUntil(t time.Time) error {
 
 // args returns the script arguments (see scripts.lua).
 func (l *Lock) args(ttl time.Duration, holds int64) []any {
-	fence := "0"
+	var fence any = "0" // boxed without allocating, as a constant
 	if l.mode.fenced && l.client.fencing {
 		fence = "1"
 	}

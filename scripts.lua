@@ -279,7 +279,10 @@ if type(old) == 'table' then -- a key of another type, left as it was
   mark()
   return 0
 end
-local _, token, waited, holder = parse(old)
+-- The usual value, this Lock's one hold with its token and no waiter, needs
+-- no parse.
+local token, waited, holder = ARGV[4], '0', me
+if old ~= valueOf('1', token, waited, me) then token, waited, holder = select(2, parse(old)) end
 if holder ~= me then
   local counter = counterOf(old)
   if not old then
