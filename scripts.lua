@@ -280,7 +280,8 @@ if type(old) == 'table' then -- a key of another type, left as it was
   return 0
 end
 -- The usual value, this Lock's one hold with its token and no waiter, needs
--- no parse.
+-- no parse: ARGV[4] is decimal, so the value compared is one parse splits
+-- the same way.
 local token, waited, holder = ARGV[4], '0', me
 if old ~= valueOf('1', token, waited, me) then token, waited, holder = select(2, parse(old)) end
 if holder ~= me then
