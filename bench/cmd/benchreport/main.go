@@ -93,7 +93,7 @@ func mainErr() error {
 
 	rep := &report{res: res, machine: describeMachine(ctx, repo, out, resultsDir, chartsDir), suites: ss, rawPath: rawPath, repo: repo}
 	if *from == "" {
-		rep.machine.load = loadStart + " at the start, " + loadAvg() + " at the end of the benchmarks"
+		rep.machine.Load = loadStart + " at the start, " + loadAvg() + " at the end of the benchmarks"
 	}
 	rep.benchstat, err = benchstatSections(ctx, benchDir, rawPath)
 	if err != nil {

@@ -13,14 +13,9 @@ import (
 // writes it beside the raw output, and -from renders with it, so that a
 // report rendered again still describes the run, not the rendering.
 type runRecord struct {
-	NProc, GOMAXPROCS, CPU, Go, Redis, Kernel, Date, Commit, Load string
-	Took                                                          time.Duration
-	Suites                                                        []suiteRecord
-}
-
-type suiteRecord struct {
-	Bench, Benchtime string
-	Count            int
+	machine
+	Took   time.Duration
+	Suites []suite
 }
 
 // recordFile is the runRecord of the raw output at rawPath.
@@ -29,13 +24,7 @@ func recordFile(rawPath string) string {
 }
 
 func (r *report) record() runRecord {
-	m := r.machine
-	rec := runRecord{NProc: m.nproc, GOMAXPROCS: m.gomaxprocs, CPU: m.cpu, Go: m.goVersion, Redis: m.redis,
-		Kernel: m.kernel, Date: m.date, Commit: m.commit, Load: m.load, Took: r.took}
-	for _, s := range r.suites {
-		rec.Suites = append(rec.Suites, suiteRecord{s.bench, s.benchtime, s.count})
-	}
-	return rec
+	return runRecord{machine: r.machine, Took: r.took, Suites: r.suites}
 }
 
 func writeRecord(path string, rec runRecord) error {
@@ -60,11 +49,6 @@ func (r *report) applyRecord(path string) error {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return err
 	}
-	r.machine = machine{nproc: rec.NProc, gomaxprocs: rec.GOMAXPROCS, cpu: rec.CPU, goVersion: rec.Go, redis: rec.Redis,
-		kernel: rec.Kernel, date: rec.Date, commit: rec.Commit, load: rec.Load}
-	r.took, r.suites = rec.Took, nil
-	for _, s := range rec.Suites {
-		r.suites = append(r.suites, suite{s.Bench, s.Benchtime, s.Count})
-	}
+	r.machine, r.took, r.suites = rec.machine, rec.Took, rec.Suites
 	return nil
 }

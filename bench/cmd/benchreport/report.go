@@ -208,9 +208,9 @@ func (r *report) write(w io.Writer) {
 	p("## Machine\n\n")
 	p("| | |\n|---|---|\n")
 	p("| nproc | %s (GOMAXPROCS %s) |\n| CPU | %s |\n| Go | %s |\n| Redis | %s |\n| Kernel | %s |\n| redlock | %s |\n| Date | %s |\n",
-		m.nproc, m.gomaxprocs, m.cpu, m.goVersion, m.redis, m.kernel, m.commit, m.date)
-	if m.load != "" {
-		p("| Load average (1 min) | %s |\n", m.load)
+		m.NProc, m.GOMAXPROCS, m.CPU, m.Go, m.Redis, m.Kernel, m.Commit, m.Date)
+	if m.Load != "" {
+		p("| Load average (1 min) | %s |\n", m.Load)
 	}
 	if r.took > 0 {
 		p("| Run time | %v |\n", r.took.Round(time.Second))
@@ -219,7 +219,7 @@ func (r *report) write(w io.Writer) {
 	if len(r.suites) > 0 {
 		p("Suites run from `bench/`, interleaved: each round runs every suite once with `-count 1`, so that the repetitions of all libraries share the machine's load over time:\n\n```\n")
 		for _, s := range r.suites {
-			p("go test -run '^$' -bench '^%s$' -benchmem -benchtime %s -count 1 .   # %d rounds\n", s.bench, s.benchtime, s.count)
+			p("go test -run '^$' -bench '^%s$' -benchmem -benchtime %s -count 1 .   # %d rounds\n", s.Bench, s.Benchtime, s.Count)
 		}
 		p("```\n\nRaw output: `bench/results/bench.txt` (commandstats per run: `bench/results/bench.txt.stats.jsonl`).\n\n")
 	}
@@ -434,7 +434,7 @@ func scriptNames(repo string) map[string]string {
 func (r *report) ceiling(name string) string {
 	cpu := r.res.med(name, "cli-cpu-us/op") + r.res.med(name, "srv-cpu-us/op")
 	var n float64
-	if _, err := fmt.Sscan(r.machine.nproc, &n); err != nil || n <= 0 || !(cpu > 0) {
+	if _, err := fmt.Sscan(r.machine.NProc, &n); err != nil || n <= 0 || !(cpu > 0) {
 		return "–"
 	}
 	return fmt.Sprintf("%.0f", n*1e6/cpu)

@@ -16,9 +16,9 @@ import (
 
 // suite is one go test -bench invocation.
 type suite struct {
-	bench     string // a Benchmark function name
-	benchtime string
-	count     int
+	Bench     string // a Benchmark function name
+	Benchtime string
+	Count     int
 }
 
 // suites returns the invocations of a run: counts scaled by count (the
@@ -39,11 +39,11 @@ func suites(count int, benchtime string) []suite {
 func quickSuites(ss []suite) []suite {
 	out := make([]suite, len(ss))
 	for i, s := range ss {
-		s.count = 1
-		if strings.HasSuffix(s.benchtime, "x") {
-			s.benchtime = "30x"
+		s.Count = 1
+		if strings.HasSuffix(s.Benchtime, "x") {
+			s.Benchtime = "30x"
 		} else {
-			s.benchtime = "100ms"
+			s.Benchtime = "100ms"
 		}
 		out[i] = s
 	}
@@ -59,11 +59,11 @@ func quickSuites(ss []suite) []suite {
 func runSuites(ctx context.Context, benchDir string, ss []suite, raw io.Writer, statsPath string, log io.Writer) error {
 	rounds := 0
 	for _, s := range ss {
-		rounds = max(rounds, s.count)
+		rounds = max(rounds, s.Count)
 	}
 	for r := 1; r <= rounds; r++ {
 		for _, s := range ss {
-			if s.count < r {
+			if s.Count < r {
 				continue
 			}
 			fmt.Fprintf(log, "benchreport: round %d of %d\n", r, rounds)
@@ -77,8 +77,8 @@ func runSuites(ctx context.Context, benchDir string, ss []suite, raw io.Writer, 
 
 func runSuite(ctx context.Context, benchDir string, s suite, raw io.Writer, statsPath string, log io.Writer) error {
 	{
-		args := []string{"test", "-run", "^$", "-bench", "^" + s.bench + "$", "-benchmem",
-			"-benchtime", s.benchtime, "-count", "1", "-timeout", "20m", "."}
+		args := []string{"test", "-run", "^$", "-bench", "^" + s.Bench + "$", "-benchmem",
+			"-benchtime", s.Benchtime, "-count", "1", "-timeout", "20m", "."}
 		fmt.Fprintf(log, "benchreport: go %s\n", strings.Join(args, " "))
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", args...)
@@ -104,9 +104,9 @@ func runSuite(ctx context.Context, benchDir string, s suite, raw io.Writer, stat
 			}
 		}
 		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("go test -bench %s: %w", s.bench, err)
+			return fmt.Errorf("go test -bench %s: %w", s.Bench, err)
 		}
-		fmt.Fprintf(log, "benchreport: %s took %v\n", s.bench, time.Since(start).Round(time.Second))
+		fmt.Fprintf(log, "benchreport: %s took %v\n", s.Bench, time.Since(start).Round(time.Second))
 	}
 	return nil
 }
@@ -135,24 +135,24 @@ func keepLine(line string) bool {
 
 // machine describes where the run happened.
 type machine struct {
-	nproc, gomaxprocs   string
-	cpu, goVersion      string
-	redis, kernel, date string
-	commit              string
-	load                string
+	NProc, GOMAXPROCS   string
+	CPU, Go             string
+	Redis, Kernel, Date string
+	Commit              string
+	Load                string
 }
 
 // describeMachine describes the machine and the repository's commit; the
 // report's own outputs (written files and directories) are not changes.
 func describeMachine(ctx context.Context, repo string, outputs ...string) machine {
 	m := machine{
-		nproc:      firstLine(run(ctx, "", "nproc")),
-		gomaxprocs: fmt.Sprint(runtime.GOMAXPROCS(0)),
-		cpu:        cpuModel(),
-		goVersion:  firstLine(run(ctx, "", "go", "version")),
-		redis:      firstLine(run(ctx, "", "redis-server", "--version")),
-		kernel:     firstLine(run(ctx, "", "uname", "-srm")),
-		date:       time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		NProc:      firstLine(run(ctx, "", "nproc")),
+		GOMAXPROCS: fmt.Sprint(runtime.GOMAXPROCS(0)),
+		CPU:        cpuModel(),
+		Go:         firstLine(run(ctx, "", "go", "version")),
+		Redis:      firstLine(run(ctx, "", "redis-server", "--version")),
+		Kernel:     firstLine(run(ctx, "", "uname", "-srm")),
+		Date:       time.Now().UTC().Format("2006-01-02 15:04 MST"),
 	}
 	commit := firstLine(run(ctx, repo, "git", "rev-parse", "--short", "HEAD"))
 	status := []string{"status", "--porcelain", "--untracked-files=no", "--", "."}
@@ -164,7 +164,7 @@ func describeMachine(ctx context.Context, repo string, outputs ...string) machin
 	if commit != "" && firstLine(run(ctx, repo, "git", status...)) != "" {
 		commit += " with uncommitted changes"
 	}
-	m.commit = commit
+	m.Commit = commit
 	return m
 }
 
