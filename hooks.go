@@ -15,6 +15,9 @@ func init() {
 	link.AcquireWaitingWrite = func(ctx context.Context, c any, key, owner string, ttl, writeWait time.Duration) (any, error) {
 		return c.(*Client).acquireOwned(ctx, writeMode, key, owner, ttl, writeWait)
 	}
+	link.Release = func(ctx context.Context, l any, queued func()) error {
+		return l.(*Lock).release(ctx, queued)
+	}
 	link.LockKeys = func(prefix, name string, rw bool) []string {
 		return (&mode{rw: rw}).keys(prefix, name)
 	}

@@ -48,6 +48,9 @@ type Lock struct {
 	// unsent: the masters where the first acquire was surely not sent
 	// (bit i for master i); releases skip them (see releaseSkip).
 	unsent atomic.Uint64
+	// quick: the first acquire was decided within a quarter of
+	// MasterTimeout (see release). Set before the Lock is returned.
+	quick bool
 
 	// longestTTL is the longest TTL a call of this Lock asked a master to
 	// set, failed Extends included: a key may live that long, and cleanups
@@ -227,10 +230,13 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		return err
 	}
 	until := c.deadline(res.start, l.ttl)
+	if holds == 1 {
+		l.quick = time.Since(res.start) <= c.masterTimeout/4
+	}
 	if holds == 1 && m.fenced && c.fencing {
 		if err := l.raiseFence(ctx, res, until); err != nil {
 			l.released.Store(true)
-			_ = l.releaseRound(context.WithoutCancel(ctx), 0)
+			_ = l.releaseRound(context.WithoutCancel(ctx), 0, nil)
 			return err
 		}
 		l.token = uint64(res.max)
@@ -341,10 +347,10 @@ func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
 	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, time.Duration(l.longestTTL.Load()))
 }
 
-// releaseRound sets the owner's holds to holds on every master (0 deletes
-// the lock there, retried in the background on masters that gave no
-// answer).
-func (l *Lock) releaseRound(ctx context.Context, holds int) error {
+// releaseRound sets the owner's holds to holds on every master. At 0 it
+// deletes the lock there, retried in the background on masters that gave
+// no answer, and hands the lock on with queued (see release).
+func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error {
 	o := &op{
 		name:     "release",
 		key:      l.key,
@@ -370,8 +376,13 @@ func (l *Lock) releaseRound(ctx context.Context, holds int) error {
 		}
 		o.after = l.releasedOn
 		o.retry, o.keyTTL = true, time.Duration(l.longestTTL.Load())
+		o.wakes, o.queued = l.nonce, queued
+		o.early = l.client.ordered && l.quick
 	}
 	_, err := l.client.do(ctx, o)
+	if o.wakes != "" && !o.early {
+		l.client.handOff(o)
+	}
 	return err
 }
 
@@ -527,7 +538,7 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 	l.sigMu.Lock()
 	l.loseLocked(ErrReleased)
 	l.sigMu.Unlock()
-	err := l.releaseRound(context.WithoutCancel(ctx), 0)
+	err := l.releaseRound(context.WithoutCancel(ctx), 0, nil)
 	if acquired {
 		l.observe(ctx, EventReleased, err)
 	}
@@ -546,7 +557,18 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 // delete still reaches slower masters in the background, and is retried
 // where a master gave no answer, until it answers or the lock would have
 // expired there anyway (see Client.Close).
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
+
+// release is Release. The last one hands the lock on: it wakes this
+// client's next waiter for it (see Client.releasing) and runs queued, if
+// set, once its calls are queued on every master, so that the waiter's
+// acquire follows them there instead of a round later. Only where the
+// masters keep the calls of one key in order (Pipeline.Ordered), and where
+// they answered this Lock's acquire within a quarter of MasterTimeout: an
+// acquire queued behind the release waits for its reply first, and must
+// still be decided within MasterTimeout. Elsewhere it hands the lock on
+// once its round is decided. queued must not block nor use l.
+func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := l.check(); err != nil {
 		return err
 	}
@@ -577,7 +599,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	// Not the caller's context: an ended one would send nothing, and the
 	// lock would block everyone until its TTL. The round is bounded by
 	// MasterTimeout.
-	err := l.releaseRound(context.WithoutCancel(ctx), l.holds)
+	err := l.releaseRound(context.WithoutCancel(ctx), l.holds, queued)
 	if l.holds == 0 {
 		l.observe(ctx, EventReleased, err)
 	}

@@ -69,6 +69,15 @@ type op struct {
 	// skip, if set, is asked, for keep calls, whether master i needs the
 	// call at all (see pipeline.Options.Skip).
 	skip pipeline.Skipper
+	// wakes, for the last release of a Lock, is its nonce: the release
+	// hands the lock on to this client's waiters (see Client.handOff) as
+	// soon as its calls are queued where early is set, else when its
+	// round is decided (see Lock.releaseRound).
+	wakes string
+	early bool
+	// queued, if set, runs at the hand-off too. It must not block nor use
+	// the Lock, whose mu is held; it does not run where nothing was sent.
+	queued func()
 }
 
 // outcome is what a successful round tells besides success.
@@ -215,6 +224,9 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	for i := range c.nodes {
 		c.start(r, i)
 	}
+	if o.wakes != "" && o.early {
+		c.handOff(o)
+	}
 
 	select {
 	case <-r.ready:
@@ -360,6 +372,15 @@ func (r *round) replied() bool {
 		}
 	}
 	return false
+}
+
+// handOff wakes this client's next waiter for the lock that round o
+// releases (see Client.releasing), and runs o.queued.
+func (c *Client) handOff(o *op) {
+	c.releasing(o.keys.Names[0], o.wakes)
+	if o.queued != nil {
+		o.queued()
+	}
 }
 
 // start sends round r's call to master i. Its pipeline answers it through

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,7 @@ type Client struct {
 	observer      Observer
 	newValue      func() (string, error)
 	epoch         time.Time // monotonic origin of Lock deadlines
+	ordered       bool      // every master's pipeline is Ordered (see Lock.release)
 
 	watchMu     sync.Mutex
 	watches     map[string]*watch // by channel
@@ -251,6 +253,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		pipe.UseFunctions(functions)
 		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe}
 	}
+	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	return c, nil
 }
 

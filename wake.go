@@ -132,6 +132,24 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 // caller may wait without trying again first.
 func (k *waker) Settled() bool { return k.settled }
 
+// releasing wakes this client's waiters for the lock whose channel is
+// KEYS[1] as the first published copy of a release would (see
+// watch.wake), for the last release of the Lock with nonce id, queued on
+// every master (see Lock.release). The waiter's acquire then goes out
+// behind the release, and reaches each master after it where the
+// master's pipeline is Ordered. Where it does not (a call answered
+// NOSCRIPT, say), it is refused there, and the release, finding it waited
+// for, publishes: copies that come within the watch's window wake the
+// same waiter again (where the master's client can subscribe).
+func (c *Client) releasing(channel, id string) {
+	c.watchMu.Lock()
+	w := c.watches[channel]
+	c.watchMu.Unlock()
+	if w != nil {
+		w.wake(id)
+	}
+}
+
 // watchLinger is how long a subscription nobody waits on is kept, so that
 // waiters coming and going do not subscribe anew each time.
 const watchLinger = 2 * time.Second

@@ -371,6 +371,150 @@ func TestWakeOnRelease(t *testing.T) {
 	require.NoError(t, waiter.Unlock(ctx))
 }
 
+// noPubSub is a master's go-redis client that pipelines but cannot
+// subscribe: a Client of such masters hears of no release from them.
+type noPubSub struct {
+	pipeliner
+}
+
+type pipeliner interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// TestWakeInProcess: a last release wakes a waiter of the same Client as
+// soon as it is queued, without waiting for a master to publish it. Here
+// the masters cannot publish to the client, and the waiter's fallback timer
+// is 20s. The waiter's acquire goes out behind the release on each
+// master's pipeline, so it is refused nowhere: after the release, the
+// masters run it and one acquire, nothing more.
+func TestWakeInProcess(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx := context.Background()
+	masters := make([]noPubSub, len(cl.Masters))
+	for i, m := range cl.Clients() {
+		masters[i] = noPubSub{m}
+	}
+	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: slack})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	// A call answered NOSCRIPT goes again after the calls behind it.
+	require.NoError(t, c.LoadScripts(ctx))
+	m, err := rwmutex.New(c, "job", &rwmutex.Options{MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second, WriteWait: time.Minute})
+	require.NoError(t, err)
+	before := sum(evalCalls(t, cl))
+	require.NoError(t, m.RLock(ctx, "reader"))
+	require.Eventually(t, func() bool { return sum(evalCalls(t, cl))-before == 5 }, 10*time.Second, time.Millisecond,
+		"the read lock reached every master")
+	before += 5
+
+	got := make(chan time.Time, 1)
+	go func() {
+		if m.Lock(ctx, "writer") == nil {
+			got <- time.Now()
+		}
+		close(got)
+	}()
+	// The writer tries twice before it waits (the client never sees its
+	// subscriptions confirmed); its waker exists before the second try.
+	require.Eventually(t, func() bool { return sum(evalCalls(t, cl))-before == 2*5 }, 10*time.Second, time.Millisecond,
+		"the writer's two attempts reached every master")
+	released := time.Now()
+	calls := sum(evalCalls(t, cl))
+	require.NoError(t, m.RUnlock(ctx, "reader"))
+	at, ok := <-got
+	require.True(t, ok, "writer failed")
+	t.Logf("acquired %v after the release", at.Sub(released))
+	assert.Less(t, at.Sub(released), 5*time.Second, "woken by the release, not by its 10-20s fallback timer")
+	waitHeldEverywhere(t, cl, m.Writer("writer"))
+	assert.Equal(t, 2*5, sum(evalCalls(t, cl))-calls, "the release and one acquire on each master")
+	require.NoError(t, m.Unlock(ctx, "writer"))
+}
+
+// TestTurnPassesWhenReleaseIsQueued: within a process, the next waiter's
+// acquire goes out as soon as the holder's release is queued, and follows
+// it to each master: it does not wait for the release's round. Three
+// masters answer 1s late, so the release round is decided 1s after it
+// starts; the two others run the release and the acquire long before that.
+func TestTurnPassesWhenReleaseIsQueued(t *testing.T) {
+	const latency = time.Second // the margin: the fast masters' two calls take milliseconds
+	took := handOffWithSlowMasters(t, latency, false)
+	assert.Less(t, took, latency, "the waiter's acquire went out before the release's round was decided")
+}
+
+// TestTurnPassesAfterReleaseRoundOnSlowMasters: where the lock's acquire
+// took more than a quarter of MasterTimeout, an acquire queued behind the
+// release, which waits for the release's reply on each master first, could
+// miss MasterTimeout: the turn passes only once the release round is
+// decided, which needs a slow master.
+func TestTurnPassesAfterReleaseRoundOnSlowMasters(t *testing.T) {
+	const latency = time.Second
+	took := handOffWithSlowMasters(t, latency, true)
+	assert.GreaterOrEqual(t, took, latency, "the waiter's acquire went out after the release's round")
+}
+
+// handOffWithSlowMasters hands a lock from one Mutex to another of the
+// same client on five masters, three of which answer latency late (from
+// before the lock is taken if slowAcquire, else from before its release),
+// with MasterTimeout 4*latency. It returns how long after the Unlock call
+// the two fast masters had run the release and the waiter's acquire, and
+// checks that the waiter's acquire was refused nowhere.
+func handOffWithSlowMasters(t *testing.T, latency time.Duration, slowAcquire bool) time.Duration {
+	t.Helper()
+	cl := integration.NewCluster(t, 5)
+	px := proxied(t, cl)
+	masters := make([]*redis.Client, px.Len())
+	for i, addr := range px.Addrs() {
+		masters[i] = redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 4 * latency, ContextTimeoutEnabled: true, MaxRetries: -1, DisableIdentity: true})
+		t.Cleanup(func() { assert.NoError(t, masters[i].Close()) })
+	}
+	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: 4 * latency})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	ctx := context.Background()
+	require.NoError(t, c.LoadScripts(ctx)) // a call answered NOSCRIPT goes again after the calls behind it
+	// Connections dialled before the latency: setting one up takes round trips.
+	l, err := c.Acquire(ctx, "warm-up", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	opts := &mutex.Options{TTL: 30 * time.Second, MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second}
+	holder, err := mutex.New(c, "job", opts)
+	require.NoError(t, err)
+	waiter, err := mutex.New(c, "job", opts)
+	require.NoError(t, err)
+	slow := func() {
+		for i := range 3 {
+			require.NoError(t, px.Latency(i, latency))
+		}
+	}
+	if slowAcquire {
+		slow()
+	}
+	require.NoError(t, holder.Lock(ctx))
+	waitHeldEverywhere(t, cl, holder.Current())
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }() // waits for its turn: no call
+	if !slowAcquire {
+		slow()
+	}
+	before := evalCalls(t, cl)
+
+	unlocked := make(chan error, 1)
+	start := time.Now()
+	go func() { unlocked <- holder.Unlock(ctx) }()
+	require.Eventually(t, func() bool {
+		calls := evalCalls(t, cl)
+		return calls[3]-before[3] >= 2 && calls[4]-before[4] >= 2
+	}, 10*time.Second, time.Millisecond, "the fast masters ran the release and the waiter's acquire")
+	took := time.Since(start)
+	require.NoError(t, <-unlocked)
+	require.NoError(t, <-got)
+	waitHeldEverywhere(t, cl, waiter.Current()) // refused nowhere
+	assert.Equal(t, 2*5, sum(evalCalls(t, cl))-sum(before), "the release and one acquire on each master")
+	require.NoError(t, waiter.Unlock(ctx))
+	return took
+}
+
 func sum(xs []int) int {
 	n := 0
 	for _, x := range xs {

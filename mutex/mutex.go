@@ -113,8 +113,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if l == nil {
 		return fmt.Errorf("%w: release %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
 	}
-	defer func() { <-m.turn }()
-	return retry.Release(ctx, l, t)
+	// The Mutex is free for its other goroutines as soon as the release
+	// hands the lock on (see retry.Release).
+	return retry.Release(ctx, l, t, func() { <-m.turn })
 }
 
 // Extend renews the lock for another TTL from now. It returns an error

@@ -160,9 +160,9 @@ func countingClient(t *testing.T) (*redlock.Client, *integration.AcquireRounds) 
 }
 
 // TestLocalWaiterTriesOnlyAfterRelease: the Mutexes of one client on one key
-// take turns, and the holder keeps its turn until its release round is
-// decided: a waiter makes no attempt while the lock is held here, and its
-// first attempt, after the Unlock, gets it. (When the turn passed at
+// take turns, and the holder keeps its turn until its release is queued to
+// every master: a waiter makes no attempt while the lock is held here, and
+// its first attempt, behind the release, gets it. (When the turn passed at
 // acquisition, the waiter tried at once and was refused.)
 func TestLocalWaiterTriesOnlyAfterRelease(t *testing.T) {
 	c, rounds := countingClient(t)

@@ -1,6 +1,7 @@
 // Package link hands packages mutex and rwmutex, and the command redlock,
 // what package redlock keeps out of its public API: wake-on-release, the
-// waiting writer's acquire, the TTL check and the keys of a lock. Package
+// waiting writer's acquire, the release that hands the turn on, the TTL
+// check and the keys of a lock. Package
 // redlock sets every variable when it initializes; the values typed any
 // are *redlock.Client and *redlock.Lock.
 package link
@@ -39,6 +40,14 @@ var (
 	// retry: while readers hold the lock, it keeps new readers out for
 	// writeWait after each attempt. It returns a *redlock.Lock.
 	AcquireWaitingWrite func(ctx context.Context, client any, key, owner string, ttl, writeWait time.Duration) (any, error)
+
+	// Release is Lock.Release (l a *redlock.Lock) that, if it is the
+	// last, calls queued when it hands the lock on: once its calls are
+	// queued on every master, so that a call on the same key made after
+	// that reaches each master behind the release, where that is safe
+	// and cheap; else once its round is decided. queued must not block
+	// nor use l; it does not run where nothing was sent.
+	Release func(ctx context.Context, l any, queued func()) error
 
 	// CheckTTL returns an error wrapping redlock.ErrInvalidArgument, that
 	// calls the TTL name, if no lock of this TTL can be obtained with

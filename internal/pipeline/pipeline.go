@@ -254,6 +254,13 @@ func (c *call) recycle() {
 	callPool.Put(c)
 }
 
+// Ordered reports whether the calls on one key reach the master in the
+// order they were made, through one lane: the client pipelines (not a
+// cluster client, a ring, nor a client of another kind, whose calls go
+// through workers). One exception: a call answered NOSCRIPT, or told that
+// the function is missing, goes again after the calls that followed it.
+func (p *Pipeline) Ordered() bool { return p.piper != nil }
+
 // LanesPerMaster is how many batches of calls a client keeps in flight to
 // each of its masters (the lanes of New): two in all at least, so that
 // the client reads one master's replies while the masters work on the

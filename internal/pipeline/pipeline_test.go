@@ -461,6 +461,30 @@ func TestPipelineWithoutPipelining(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
+// Ordered: only a client that pipelines through a lane keeps the calls of
+// one key in order; a ring's and a cluster client's go through workers.
+func TestOrdered(t *testing.T) {
+	one := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	for _, c := range []struct {
+		client  redis.Scripter
+		ordered bool
+	}{
+		{one, true},
+		{struct{ redis.Scripter }{one}, false},
+		{ring, false},
+		{cluster, false},
+	} {
+		p := New(c.client, testLimit, 1)
+		assert.Equal(t, c.ordered, p.Ordered(), "%T", c.client)
+		p.Close()
+	}
+	for _, c := range []interface{ Close() error }{one, ring, cluster} {
+		require.NoError(t, c.Close())
+	}
+}
+
 // BenchmarkPipeline compares plain Script.Run with the pipeline, each op
 // running one script call on every master in parallel (as a round does),
 // from 1, 16 and 64 goroutines.

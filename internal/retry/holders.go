@@ -149,7 +149,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 				o.forget()
 			}
 		}()
-		return Release(ctx, l, o.turn)
+		return Release(ctx, l, o.turn, nil)
 	})
 	if errors.Is(err, errOwnerBusy) {
 		return fmt.Errorf("%s %q: %w", op, key, err)

@@ -5,14 +5,16 @@ import (
 	"sync"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/link"
 )
 
 // queue lets the waiters of one process for one exclusive lock take turns:
 // only the one holding the turn tries, so that they do not split the
 // masters' votes among themselves, and each release wakes the one waiter
 // that will try. The waiter that gets the lock keeps the turn until its
-// release round (see Release), so the next one tries once the lock is
-// free instead of being refused while it is held.
+// release is on its way to every master (see Release): the next one's
+// acquire follows it there, so it finds the lock free instead of being
+// refused while it is held, and need not wait for the release's round.
 type queue struct {
 	turn chan struct{}
 	refs int // guarded by queuesMu
@@ -29,8 +31,8 @@ var (
 )
 
 // Turn is a waiter's turn among its process's waiters for an exclusive
-// lock, and then its holder's. It is given up once: by Release, after the
-// lock's last release round, or as soon as the lock ends otherwise (lost,
+// lock, and then its holder's. It is given up once: by Release, when the
+// lock's last release hands it on, or as soon as the lock ends otherwise (lost,
 // expired, its Client closed, or released without Release). A nil *Turn
 // is no turn: its methods do nothing. It is safe for concurrent use.
 type Turn struct {
@@ -95,6 +97,9 @@ func (t *Turn) give() {
 
 // unwatch stops keepWhile's watch, if any.
 func (t *Turn) unwatch() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	stop := t.stop
 	t.stop = nil
@@ -117,13 +122,26 @@ func (t *Turn) keepWhile(l *redlock.Lock) {
 }
 
 // Release gives up one hold of l (see redlock.Lock.Release). The last one
-// gives up t, the turn l was taken with (nil: none), once the release round
-// is decided: the next waiter of this process then tries at once and finds
-// the lock free, where it would have been refused while l was held.
-func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
-	if t != nil && l.Holds() <= 1 {
-		t.unwatch() // a lock that ended meanwhile gave the turn up already
-		defer t.give()
+// gives up t, the turn l was taken with (nil: none), and runs then, if
+// set, when the release hands the lock on (see link.Release), at the
+// latest when Release returns: the next waiter of this process then tries
+// at once, and its acquire reaches each master behind the release and
+// finds the lock free, where it would have been refused while l was held.
+// then must not block.
+func Release(ctx context.Context, l *redlock.Lock, t *Turn, then func()) error {
+	if l.Holds() > 1 {
+		return l.Release(ctx)
 	}
-	return l.Release(ctx)
+	t.unwatch() // a lock that ended meanwhile gave the turn up already
+	var once sync.Once
+	handOff := func() {
+		once.Do(func() {
+			t.give()
+			if then != nil {
+				then()
+			}
+		})
+	}
+	defer handOff() // where nothing was sent
+	return link.Release(ctx, l, handOff)
 }
