@@ -76,7 +76,7 @@ type op struct {
 	wakes string
 	early bool
 	// queued, if set, runs at the hand-off too. It must not block nor use
-	// the Lock, whose mu is held; it does not run where nothing was sent.
+	// the Lock, whose mu is held; where nothing was sent, it may not run.
 	queued func()
 }
 

@@ -46,7 +46,7 @@ var (
 	// queued on every master, so that a call on the same key made after
 	// that reaches each master behind the release, where that is safe
 	// and cheap; else once its round is decided. queued must not block
-	// nor use l; it does not run where nothing was sent.
+	// nor use l; where nothing was sent, it may not run.
 	Release func(ctx context.Context, l any, queued func()) error
 
 	// CheckTTL returns an error wrapping redlock.ErrInvalidArgument, that

@@ -12,9 +12,8 @@ import (
 // only the one holding the turn tries, so that they do not split the
 // masters' votes among themselves, and each release wakes the one waiter
 // that will try. The waiter that gets the lock keeps the turn until its
-// release is on its way to every master (see Release): the next one's
-// acquire follows it there, so it finds the lock free instead of being
-// refused while it is held, and need not wait for the release's round.
+// release hands the lock on (see Release), so the next one tries once the
+// lock is free instead of being refused while it is held.
 type queue struct {
 	turn chan struct{}
 	refs int // guarded by queuesMu
