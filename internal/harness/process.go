@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -132,13 +133,44 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Where the kernel tells its range of ephemeral ports (Linux), the port is
+// below it: an outgoing connection, which takes its local port from that
+// range, could otherwise take a master's port while the master is down for
+// a restart, and keep it.
 func FreePort() (int, error) {
+	if low := ephemeralLow(); low > minFixedPort {
+		for range 100 {
+			port := minFixedPort + rand.IntN(low-minFixedPort)
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				return port, l.Close()
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// minFixedPort is the lowest port FreePort picks itself: above the
+// well-known and most registered services' ports.
+const minFixedPort = 10000
+
+// ephemeralLow returns the lowest ephemeral port of the kernel, 0 where it
+// cannot tell.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	low, _ := strconv.Atoi(f[0])
+	return low
 }
 
 // processMaster is a Master backed by a local redis-server process.
