@@ -134,13 +134,14 @@ func (k *waker) Settled() bool { return k.settled }
 
 // releasing wakes this client's waiters for the lock whose channel is
 // KEYS[1] as the first published copy of a release would (see
-// watch.wake), for the last release of the Lock with nonce id, queued on
-// every master (see Lock.release). The waiter's acquire then goes out
-// behind the release, and reaches each master after it where the
-// master's pipeline is Ordered. Where it does not (a call answered
-// NOSCRIPT, say), it is refused there, and the release, finding it waited
-// for, publishes: copies that come within the watch's window wake the
-// same waiter again (where the master's client can subscribe).
+// watch.wake), when the last release of the Lock with nonce id hands the
+// lock on (see Lock.release): as soon as the release's calls are queued
+// where the waiter's acquire, sent next, reaches each master after them;
+// else once the release's round is decided. Where the acquire overtakes
+// the release all the same (a call answered NOSCRIPT, say), it is refused
+// there, and the release, finding it waited for, publishes: copies that
+// come within the watch's window wake the same waiter again (where the
+// master's client can subscribe).
 func (c *Client) releasing(channel, id string) {
 	c.watchMu.Lock()
 	w := c.watches[channel]

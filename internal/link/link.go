@@ -1,9 +1,9 @@
 // Package link hands packages mutex and rwmutex, and the command redlock,
 // what package redlock keeps out of its public API: wake-on-release, the
 // waiting writer's acquire, the release that hands the turn on, the TTL
-// check and the keys of a lock. Package
-// redlock sets every variable when it initializes; the values typed any
-// are *redlock.Client and *redlock.Lock.
+// check and the keys of a lock. Package redlock sets every variable when
+// it initializes; the values typed any are *redlock.Client and
+// *redlock.Lock.
 package link
 
 import (
