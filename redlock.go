@@ -132,7 +132,7 @@ type Client struct {
 	epoch         time.Time // monotonic origin of Lock deadlines
 	ordered       bool      // every master's pipeline is Ordered (see Lock.release)
 
-	watchMu     sync.Mutex
+	watchMu     sync.RWMutex
 	watches     map[string]*watch // by channel
 	watchClosed bool              // Close ended the subscriptions
 	unwatching  sync.WaitGroup    // subscriptions an idle timer is closing

@@ -143,9 +143,9 @@ func (k *waker) Settled() bool { return k.settled }
 // come within the watch's window wake the same waiter again (where the
 // master's client can subscribe).
 func (c *Client) releasing(channel, id string) {
-	c.watchMu.Lock()
+	c.watchMu.RLock() // every last release comes here: releases do not wait on each other
 	w := c.watches[channel]
-	c.watchMu.Unlock()
+	c.watchMu.RUnlock()
 	if w != nil {
 		w.wake(id)
 	}

@@ -371,6 +371,22 @@ func TestWakeOnRelease(t *testing.T) {
 	require.NoError(t, waiter.Unlock(ctx))
 }
 
+// patientClients returns go-redis clients of addrs configured as
+// integration.MasterOptions, but with readTimeout, closed when the test
+// ends.
+func patientClients(t *testing.T, addrs []string, readTimeout time.Duration) []*redis.Client {
+	t.Helper()
+	var masters []*redis.Client
+	for _, addr := range addrs {
+		o := integration.MasterOptions(addr)
+		o.ReadTimeout = readTimeout
+		rc := redis.NewClient(o)
+		t.Cleanup(func() { _ = rc.Close() })
+		masters = append(masters, rc)
+	}
+	return masters
+}
+
 // noPubSub is a master's go-redis client that pipelines but cannot
 // subscribe: a Client of such masters hears of no release from them.
 type noPubSub struct {
@@ -463,12 +479,7 @@ func handOffWithSlowMasters(t *testing.T, latency time.Duration, slowAcquire boo
 	t.Helper()
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	masters := make([]*redis.Client, px.Len())
-	for i, addr := range px.Addrs() {
-		masters[i] = redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 4 * latency, ContextTimeoutEnabled: true, MaxRetries: -1, DisableIdentity: true})
-		t.Cleanup(func() { assert.NoError(t, masters[i].Close()) })
-	}
-	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: 4 * latency})
+	c, err := redlock.New(patientClients(t, px.Addrs(), 4*latency), &redlock.Options{MasterTimeout: 4 * latency})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	ctx := context.Background()

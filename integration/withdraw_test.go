@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,15 +23,7 @@ import (
 func behind(t *testing.T) (*integration.Cluster, *redlock.Client, *redlock.Lock) {
 	t.Helper()
 	cl := integration.NewCluster(t, 5)
-	var masters []*redis.Client
-	for _, addr := range cl.Addrs() {
-		o := integration.MasterOptions(addr)
-		o.ReadTimeout = 10 * time.Second
-		rc := redis.NewClient(o)
-		t.Cleanup(func() { _ = rc.Close() })
-		masters = append(masters, rc)
-	}
-	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: 2 * time.Second})
+	c, err := redlock.New(patientClients(t, cl.Addrs(), 10*time.Second), &redlock.Options{MasterTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, cl.Masters[0].Pause(ctx))

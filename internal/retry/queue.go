@@ -128,7 +128,7 @@ func (t *Turn) keepWhile(l *redlock.Lock) {
 // finds the lock free, where it would have been refused while l was held.
 // then must not block.
 func Release(ctx context.Context, l *redlock.Lock, t *Turn, then func()) error {
-	if l.Holds() > 1 {
+	if l.Holds() > 1 || t == nil && then == nil {
 		return l.Release(ctx)
 	}
 	t.unwatch() // a lock that ended meanwhile gave the turn up already
