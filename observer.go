@@ -12,6 +12,12 @@ import (
 // called concurrently. ctx is the caller's context of the operation, for
 // tracing; it may have ended. Without an Observer (the default) nothing is
 // measured.
+//
+// One Lock's events come in order. Those of different Locks, even of one
+// key in one process, need not: a last release hands the lock on to the
+// process's next waiter before its round is decided, so the next holder's
+// EventAcquired may come before the previous holder's EventReleased. Order
+// one key's holders by Token, not by arrival.
 type Observer interface {
 	ObserveRound(ctx context.Context, r Round)
 	ObserveEvent(ctx context.Context, e Event)

@@ -13,6 +13,11 @@
 //	redlock.master.duration    histogram, s   one master's answer [redlock.master, redlock.op, redlock.result]
 //	redlock.master.errors      counter        masters that failed or timed out [redlock.master, redlock.op]
 //
+// redlock.locks.held counts in one process what its Observer saw: for a
+// moment after a release hands a key on to the process's next waiter it
+// may count both holders (see redlock.Observer), so alert on it over time,
+// not on one sample of 2 for a key.
+//
 // Each round is a span "redlock <op>" (child of the caller's span, with the
 // round's own start and end), with the key, the outcome and the
 // agreements as attributes; lock events are span events on the caller's
