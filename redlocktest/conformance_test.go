@@ -119,7 +119,7 @@ var suite = []struct {
 		clients, _ := b(t, 3)
 		a, other := newClient(t, clients), newClient(t, clients)
 		ctx := t.Context()
-		ttl := masterTimeout + 500*time.Millisecond // the shortest a client takes
+		ttl := 2 * masterTimeout // a TTL must be longer than MasterTimeout
 		start := time.Now()
 		_, err := a.Acquire(ctx, "job", ttl)
 		require.NoError(t, err)
