@@ -135,6 +135,24 @@ func TestUnlockAfterExpiry(t *testing.T) {
 	require.NoError(t, m.Unlock(ctx))
 }
 
+// TestUnlockAfterReenterUnlocksTheMutex: a hold added through Current is
+// its caller's to release, and the Mutex is unlocked by Unlock all the same.
+func TestUnlockAfterReenterUnlocksTheMutex(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	m := newMutex(t, c, "k")
+	require.NoError(t, m.Lock(ctx))
+	l := m.Current()
+	require.NoError(t, l.Reenter(ctx))
+	require.NoError(t, m.Unlock(ctx))
+	require.Nil(t, m.Current())
+	require.Equal(t, 1, l.Holds(), "the hold added through Current is left")
+	require.ErrorIs(t, m.TryLock(ctx), redlock.ErrNotObtained, "held by that hold")
+	require.NoError(t, l.Release(ctx))
+	require.Eventually(t, func() bool { return m.TryLock(ctx) == nil }, 5*time.Second, 10*time.Millisecond, "unlocked")
+	require.NoError(t, m.Unlock(ctx))
+}
+
 // waitLock checks that a Lock whose result comes on got succeeds within 5s.
 func waitLock(t *testing.T, got <-chan error, what string) {
 	t.Helper()

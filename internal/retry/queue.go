@@ -126,9 +126,13 @@ func (t *Turn) keepWhile(l *redlock.Lock) {
 // latest when Release returns: the next waiter of this process then tries
 // at once, and its acquire reaches each master behind the release and
 // finds the lock free, where it would have been refused while l was held.
-// then must not block.
+// Another hold keeps l and t (given up when l ends), and runs then when
+// Release returns: then always runs once. then must not block.
 func Release(ctx context.Context, l *redlock.Lock, t *Turn, then func()) error {
 	if l.Holds() > 1 || t == nil && then == nil {
+		if then != nil {
+			defer then()
+		}
 		return l.Release(ctx)
 	}
 	t.unwatch() // a lock that ended meanwhile gave the turn up already
