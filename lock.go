@@ -377,11 +377,16 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		o.after = l.releasedOn
 		o.retry, o.keyTTL = true, time.Duration(l.longestTTL.Load())
 		o.wakes, o.queued = l.nonce, queued
-		o.early = l.client.ordered && l.quick
+		o.early = l.client.ordered && l.quick && !l.client.isContested(o.keys.Names[0])
 	}
-	_, err := l.client.do(ctx, o)
-	if o.wakes != "" && !o.early {
-		l.client.handOff(o)
+	res, err := l.client.do(ctx, o)
+	if o.wakes != "" {
+		if !o.early {
+			l.client.handOff(o)
+		}
+		if err == nil {
+			l.client.contest(o.keys.Names[0], res.max == replyWaited)
+		}
 	}
 	return err
 }
@@ -566,8 +571,11 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 // masters keep the calls of one key in order (Pipeline.Ordered), and where
 // they answered this Lock's acquire within a quarter of MasterTimeout: an
 // acquire queued behind the release waits for its reply first, and must
-// still be decided within MasterTimeout. Elsewhere it hands the lock on
-// once its round is decided. queued must not block nor use l.
+// still be decided within MasterTimeout; and unless this client's last
+// release of the lock found another client waiting (see
+// Client.isContested), whose waiters must not lose every race to this
+// client's. Elsewhere it hands the lock on once its round is decided.
+// queued must not block nor use l.
 func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := l.check(); err != nil {
 		return err

@@ -159,6 +159,10 @@ const minStragglerWait = 250 * time.Microsecond
 // asks for the write lock.
 const replyUpgrade = -1
 
+// replyWaited is a master's reply to a last release where an acquire was
+// refused while the Lock held the lock.
+const replyWaited = 2
+
 // do runs o on every master in parallel and decides as soon as a quorum has
 // agreed or can no longer agree, at the latest MasterTimeout after the
 // round starts or when ctx ends, whether or not the Redis client honours

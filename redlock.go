@@ -137,6 +137,12 @@ type Client struct {
 	watchClosed bool              // Close ended the subscriptions
 	unwatching  sync.WaitGroup    // subscriptions an idle timer is closing
 
+	// The channels of the locks whose last release by this client found
+	// that another client had waited (see Client.contested).
+	contestedMu sync.Mutex
+	contested   map[string]struct{}
+	contestedN  atomic.Int32 // len(contested), read without the lock
+
 	locksMu  sync.Mutex         // guards locks and writes of closing
 	locks    map[*Lock]struct{} // live locks with a lost-lock signal (see Lock.signal)
 	closing  atomic.Bool        // Close has ended every live lock

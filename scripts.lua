@@ -27,7 +27,9 @@
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
--- owner holds a read lock and asked for the write lock (an upgrade).
+-- owner holds a read lock and asked for the write lock (an upgrade). A
+-- last release replies 2 where an acquire was refused while its Lock held
+-- the lock (the value's waited flag), 1 where none was.
 -- An acquire can land after its undo, or after the Lock's last release:
 -- those may travel on another connection, and overtake it where the
 -- acquire's call timed out (a stalled master, a proxy that relays each
@@ -301,6 +303,7 @@ elseif less(ARGV[4], token) then
 end
 if ARGV[7] == '2' then mark() end
 if waited == '1' or KEYS[2] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
+if waited == '1' then return 2 end
 return 1
 
 --- read_acquire @value @readers @ttl

@@ -105,3 +105,40 @@ func TestExtendNeverShortensOnARealMaster(t *testing.T) {
 		assert.Greater(t, left(m, name), int64(longer-10_000), "%s: an extend did not lengthen the lock", name)
 	}
 }
+
+// A last release replies 2 where an acquire was refused while its Lock
+// held the lock (and publishes), 1 where none was: from EVALSHA and from
+// the functions library.
+func TestLastReleaseTellsItWasWaitedFor(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	rdb := cl.Admin(0)
+	ctx := t.Context()
+	require.NoError(t, rdb.FunctionLoad(ctx, functions.Code()).Err())
+	m := exclusiveMode
+	for _, fcall := range []bool{false, true} {
+		run := func(s *redis.Script, key string, args ...any) int64 {
+			t.Helper()
+			var cmd *redis.Cmd
+			if fcall {
+				cmd = rdb.FCall(ctx, functions.Name(s), []string{key}, args...)
+			} else {
+				cmd = s.Run(ctx, rdb, []string{key}, args...)
+			}
+			v, err := cmd.Int64()
+			require.NoError(t, err, "fcall %v", fcall)
+			return v
+		}
+		for _, waited := range []bool{false, true} {
+			key := lockKey(strconv.FormatBool(fcall) + strconv.FormatBool(waited))
+			require.EqualValues(t, 1, run(m.acquire, key, "a", 10_000, 1, 0, 0, "n1"))
+			if waited {
+				require.EqualValues(t, 0, run(m.acquire, key, "b", 10_000, 1, 0, 0, "n2"), "refused")
+			}
+			want := int64(1)
+			if waited {
+				want = replyWaited
+			}
+			assert.Equal(t, want, run(m.release, key, "a", 10_000, 0, 0, 0, "n1"), "fcall %v, waited %v", fcall, waited)
+		}
+	}
+}

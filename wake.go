@@ -329,3 +329,46 @@ func (w *watch) signal(one *waker) {
 		}
 	}
 }
+
+// maxContested bounds the channels Client.contested remembers; past it they
+// are forgotten, which costs at most one early hand-off each.
+const maxContested = 4096
+
+// isContested reports whether the last release by this client of the lock
+// whose channel is KEYS[1] found that another client had waited for it.
+// Then the next release hands the lock on to this client's waiters only
+// once its round is decided, not as soon as its calls are queued: the
+// other client's waiters, woken by the release's publication, then race
+// this client's on equal terms, where an acquire queued behind the
+// release on each master would win every time.
+func (c *Client) isContested(channel string) bool {
+	if c.contestedN.Load() == 0 {
+		return false
+	}
+	c.contestedMu.Lock()
+	defer c.contestedMu.Unlock()
+	_, ok := c.contested[channel]
+	return ok
+}
+
+// contest records whether a last release of the lock on channel found that
+// another client had waited (see isContested).
+func (c *Client) contest(channel string, waited bool) {
+	if !waited && c.contestedN.Load() == 0 {
+		return
+	}
+	c.contestedMu.Lock()
+	defer c.contestedMu.Unlock()
+	switch {
+	case !waited:
+		delete(c.contested, channel)
+	case c.contested == nil:
+		c.contested = map[string]struct{}{}
+	case len(c.contested) >= maxContested:
+		clear(c.contested)
+	}
+	if waited {
+		c.contested[channel] = struct{}{}
+	}
+	c.contestedN.Store(int32(len(c.contested)))
+}

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -123,4 +124,25 @@ func TestGiveUpPassesTheReleaseOn(t *testing.T) {
 	assert.False(t, woken(next), "r was seen before next's attempt")
 	w.wake("r") // a later copy
 	assert.True(t, woken(next), "a later copy of a release whose waiter gave up")
+}
+
+// TestContestedRemembersTheLastRelease: a key is contested from a release
+// that found another client waiting to one that found none, and the
+// memory is bounded.
+func TestContestedRemembersTheLastRelease(t *testing.T) {
+	c := &Client{}
+	assert.False(t, c.isContested("{a}"))
+	c.contest("{a}", false)
+	assert.Nil(t, c.contested, "nothing recorded until a release was waited for")
+	c.contest("{a}", true)
+	c.contest("{b}", true)
+	assert.True(t, c.isContested("{a}"))
+	c.contest("{a}", false)
+	assert.False(t, c.isContested("{a}"))
+	assert.True(t, c.isContested("{b}"))
+	for i := range 2 * maxContested {
+		c.contest(fmt.Sprint(i), true)
+	}
+	assert.LessOrEqual(t, len(c.contested), maxContested)
+	assert.EqualValues(t, len(c.contested), c.contestedN.Load())
 }

@@ -3,6 +3,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -270,42 +271,55 @@ func TestReentrantKeepsTheTurnUntilTheLastUnlock(t *testing.T) {
 }
 
 // TestProcessesShareAContendedLock: two clients (two processes, as far as
-// local turns go), each with 8 goroutines that lock, hold 1ms and work 2ms
-// outside, for 2s. A process whose holder hands the lock on to its own next
-// waiter must not starve the other: each gets at least a fifth of the
-// acquisitions (measured: about half each, before and after local
-// hand-off). The bound does not depend on the machine's speed, only on
-// both making progress.
+// local turns go) whose goroutines lock, hold 1ms, and work outside or
+// lock again at once, for 2s each case. A process whose holder hands the
+// lock on to its own next waiter must not starve the other, even one
+// goroutine against several: each process gets at least a third of the
+// acquisitions. Measured, 1v2 and 1v4: about half each; when a release
+// handed the lock on before its round whatever the other process did, 0
+// of 937 without the race detector and about 27% with it. The bound does
+// not depend on the machine's speed, only on both making progress.
 func TestProcessesShareAContendedLock(t *testing.T) {
-	cl := integration.NewCluster(t, 5)
-	var counts [2]atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for p := range counts {
-		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, c.Close()) })
-		for range 8 {
-			m := newMutex(t, c, "shared")
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					if m.Lock(ctx) != nil {
-						continue
-					}
-					counts[p].Add(1)
-					time.Sleep(time.Millisecond)
-					assert.NoError(t, m.Unlock(context.Background()))
-					time.Sleep(2 * time.Millisecond)
+	for _, tc := range []struct {
+		goroutines [2]int
+		outside    time.Duration // work between Unlock and the next Lock
+	}{
+		{[2]int{8, 8}, 2 * time.Millisecond},
+		{[2]int{2, 1}, 0},
+		{[2]int{4, 1}, 0},
+	} {
+		t.Run(fmt.Sprintf("%dv%d/outside=%v", tc.goroutines[0], tc.goroutines[1], tc.outside), func(t *testing.T) {
+			cl := integration.NewCluster(t, 5)
+			var counts [2]atomic.Int64
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for p := range counts {
+				c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, c.Close()) })
+				for range tc.goroutines[p] {
+					m := newMutex(t, c, "shared")
+					wg.Go(func() {
+						for ctx.Err() == nil {
+							if m.Lock(ctx) != nil {
+								continue
+							}
+							counts[p].Add(1)
+							time.Sleep(time.Millisecond)
+							assert.NoError(t, m.Unlock(context.Background()))
+							time.Sleep(tc.outside)
+						}
+					})
 				}
-			})
-		}
+			}
+			wg.Wait()
+			a, b := counts[0].Load(), counts[1].Load()
+			t.Logf("acquisitions: %d and %d", a, b)
+			require.Greater(t, a+b, int64(20), "progress")
+			assert.GreaterOrEqual(t, 3*min(a, b), a+b, "each process gets a third at least")
+		})
 	}
-	wg.Wait()
-	a, b := counts[0].Load(), counts[1].Load()
-	t.Logf("acquisitions: %d and %d", a, b)
-	require.Greater(t, a+b, int64(20), "progress")
-	assert.GreaterOrEqual(t, 5*min(a, b), a+b, "each process gets a fifth at least")
 }
 
 // panicky is an Observer that panics at the first event of kind, and runs
