@@ -49,7 +49,8 @@ type Lock struct {
 	// (bit i for master i); releases skip them (see releaseSkip).
 	unsent atomic.Uint64
 	// quick: the first acquire was decided within a quarter of
-	// MasterTimeout (see release). Set before the Lock is returned.
+	// MasterTimeout and an eighth of the TTL (see release). Set before
+	// the Lock is returned.
 	quick bool
 
 	// longestTTL is the longest TTL a call of this Lock asked a master to
@@ -231,7 +232,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}
 	until := c.deadline(res.start, l.ttl)
 	if holds == 1 {
-		l.quick = time.Since(res.start) <= c.masterTimeout/4
+		l.quick = time.Since(res.start) <= min(c.masterTimeout/4, l.ttl/8)
 	}
 	if holds == 1 && m.fenced && c.fencing {
 		if err := l.raiseFence(ctx, res, until); err != nil {
@@ -569,9 +570,11 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 // set, once its calls are queued on every master, so that the waiter's
 // acquire follows them there instead of a round later. Only where the
 // masters keep the calls of one key in order (Pipeline.Ordered), and where
-// they answered this Lock's acquire within a quarter of MasterTimeout: an
-// acquire queued behind the release waits for its reply first, and must
-// still be decided within MasterTimeout; and unless this client's last
+// they answered this Lock's acquire within a quarter of MasterTimeout and
+// an eighth of its TTL: an acquire queued behind the release waits for its
+// reply first, and must still be decided within MasterTimeout, and within
+// a quarter of the TTL where it takes a fencing token (op.grantWithin); and
+// unless this client's last
 // release of the lock found another client waiting (see
 // Client.isContested), whose waiters must not lose every race to this
 // client's. Elsewhere it hands the lock on once its round is decided.

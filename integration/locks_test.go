@@ -454,7 +454,7 @@ func TestWakeInProcess(t *testing.T) {
 // starts; the two others run the release and the acquire long before that.
 func TestTurnPassesWhenReleaseIsQueued(t *testing.T) {
 	const latency = time.Second // the margin: the fast masters' two calls take milliseconds
-	took := handOffWithSlowMasters(t, latency, false)
+	took := handOffWithSlowMasters(t, latency, 4*latency, 30*time.Second, false)
 	assert.Less(t, took, latency, "the waiter's acquire went out before the release's round was decided")
 }
 
@@ -465,21 +465,32 @@ func TestTurnPassesWhenReleaseIsQueued(t *testing.T) {
 // decided, which needs a slow master.
 func TestTurnPassesAfterReleaseRoundOnSlowMasters(t *testing.T) {
 	const latency = time.Second
-	took := handOffWithSlowMasters(t, latency, true)
+	took := handOffWithSlowMasters(t, latency, 4*latency, 30*time.Second, true)
 	assert.GreaterOrEqual(t, took, latency, "the waiter's acquire went out after the release's round")
 }
 
-// handOffWithSlowMasters hands a lock from one Mutex to another of the
-// same client on five masters, three of which answer latency late (from
+// TestTurnPassesAfterReleaseRoundForShortTTL: the same where the acquire
+// took under a quarter of MasterTimeout (5s) but more than an eighth of the
+// TTL (7s): queued behind the release, the waiter's fenced acquire would be
+// decided after about twice the latency, past a quarter of the TTL
+// (1.75s), too late for its token, and would be undone.
+func TestTurnPassesAfterReleaseRoundForShortTTL(t *testing.T) {
+	const latency = time.Second // the acquire takes it, between TTL/8 (0.875s) and MasterTimeout/4 (1.25s)
+	took := handOffWithSlowMasters(t, latency, 5*latency, 7*latency, true)
+	assert.GreaterOrEqual(t, took, latency, "the waiter's acquire went out after the release's round")
+}
+
+// handOffWithSlowMasters hands a lock of ttl from one Mutex to another of
+// the same client on five masters, three of which answer latency late (from
 // before the lock is taken if slowAcquire, else from before its release),
-// with MasterTimeout 4*latency. It returns how long after the Unlock call
+// with masterTimeout. It returns how long after the Unlock call
 // the two fast masters had run the release and the waiter's acquire, and
 // checks that the waiter's acquire was refused nowhere.
-func handOffWithSlowMasters(t *testing.T, latency time.Duration, slowAcquire bool) time.Duration {
+func handOffWithSlowMasters(t *testing.T, latency, masterTimeout, ttl time.Duration, slowAcquire bool) time.Duration {
 	t.Helper()
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	c, err := redlock.New(patientClients(t, px.Addrs(), 4*latency), &redlock.Options{MasterTimeout: 4 * latency})
+	c, err := redlock.New(patientClients(t, px.Addrs(), masterTimeout), &redlock.Options{MasterTimeout: masterTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	ctx := context.Background()
@@ -488,7 +499,7 @@ func handOffWithSlowMasters(t *testing.T, latency time.Duration, slowAcquire boo
 	l, err := c.Acquire(ctx, "warm-up", time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-	opts := &mutex.Options{TTL: 30 * time.Second, MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second}
+	opts := &mutex.Options{TTL: ttl, MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second}
 	holder, err := mutex.New(c, "job", opts)
 	require.NoError(t, err)
 	waiter, err := mutex.New(c, "job", opts)

@@ -89,7 +89,7 @@ func waitHeldEverywhere(t *testing.T, cl *integration.Cluster, l *redlock.Lock) 
 	t.Helper()
 	want := repeat(l.Value(), len(cl.Masters))
 	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, values(t, cl, l.Key())) },
-		time.Second, time.Millisecond, "every master holds our value")
+		5*time.Second, time.Millisecond, "every master holds our value")
 }
 
 func repeat(v string, n int) []string {
