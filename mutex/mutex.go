@@ -17,8 +17,8 @@ import (
 // locked it. It is safe for concurrent use: goroutines of one process that
 // share a Mutex, and the Mutexes and Reentrants of one client on one key,
 // wait for each other locally before they compete with other processes:
-// the holder keeps the process's turn until its Unlock has released the
-// lock, and the next of them tries then. Make one with New: on a zero
+// the holder keeps the process's turn until its Unlock hands the lock on
+// (see redlock.Lock.Release), and the next of them tries then. Make one with New: on a zero
 // Mutex, Lock, TryLock, Unlock and Extend return an error wrapping
 // redlock.ErrInvalidArgument.
 type Mutex struct {

@@ -257,8 +257,10 @@ func (c *call) recycle() {
 // Ordered reports whether the calls on one key reach the master in the
 // order they were made, through one lane: the client pipelines (not a
 // cluster client, a ring, nor a client of another kind, whose calls go
-// through workers). One exception: a call answered NOSCRIPT, or told that
-// the function is missing, goes again after the calls that followed it.
+// through workers). Two exceptions: a call answered NOSCRIPT, or told that
+// the function is missing, goes again after the calls that followed it;
+// and a call whose reply timed out may still be on its way when the next
+// ones go out on a new connection, and land after them.
 func (p *Pipeline) Ordered() bool { return p.piper != nil }
 
 // LanesPerMaster is how many batches of calls a client keeps in flight to
