@@ -385,7 +385,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		if !o.early {
 			l.client.handOff(o)
 		}
-		if err == nil {
+		if err == nil && l.mode != readMode { // a read release always replies 1
 			l.client.contest(o.keys.Names[0], res.max == replyWaited)
 		}
 	}

@@ -309,11 +309,15 @@ return 1
 --- read_acquire @value @readers @ttl
 -- Granted unless another owner holds the write lock, or a writer waits and
 -- this owner does not read yet. Each reader expires on its own. The write
--- lock's release publishes in any case.
+-- lock's release publishes in any case; a refusal marks the writer's value
+-- as waited for all the same (see release's reply).
 local found = redis.call('GET', KEYS[1])
-local _, _, _, holder = parse(found)
+local holds, token, waited, holder = parse(found)
 local writer = holder and ownerOf(holder)
-if found and not counterOf(found) and writer ~= ARGV[1] then return 0 end
+if found and not counterOf(found) and writer ~= ARGV[1] then
+  if waited == '0' then redis.call('SET', KEYS[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
+  return 0
+end
 local now = trimReaders(KEYS)
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   -- Only the Lock that reads may re-enter (see acquire).

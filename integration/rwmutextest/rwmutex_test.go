@@ -3,6 +3,8 @@ package rwmutex_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,4 +45,48 @@ func TestUnlockWithoutLock(t *testing.T) {
 	require.NoError(t, m.RUnlock(ctx, owner))
 	require.NoError(t, m.RUnlock(ctx, owner))
 	assert.Nil(t, m.Reader(owner))
+}
+
+// TestReadersOfAnotherProcessGetTheirTurn: two writers of one process,
+// which hand the lock on to each other, and a reader of another process,
+// each locking again at once after 1ms held, for 2s. A reader refused by a
+// writer marks the write lock as waited for, so that the writers' releases
+// hand the lock on only after their rounds: the reader gets at least a
+// fifth of the acquisitions (measured: about a third; 1 of 892 while the
+// writers handed on early whatever readers waited).
+func TestReadersOfAnotherProcessGetTheirTurn(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var writes, reads atomic.Int64
+	var wg sync.WaitGroup
+	for p, roles := range []string{"ww", "r"} {
+		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		m, err := rwmutex.New(c, "shared", &rwmutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+		require.NoError(t, err)
+		for _, role := range roles {
+			lock, unlock, count := m.Lock, m.Unlock, &writes
+			if role == 'r' {
+				lock, unlock, count = m.RLock, m.RUnlock, &reads
+			}
+			owner := redlock.NewOwner()
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if lock(ctx, owner) != nil {
+						continue
+					}
+					count.Add(1)
+					time.Sleep(time.Millisecond)
+					assert.NoError(t, unlock(context.Background(), owner), "process %d", p)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	w, r := writes.Load(), reads.Load()
+	t.Logf("writes %d, reads %d", w, r)
+	require.Greater(t, w+r, int64(20), "progress")
+	assert.GreaterOrEqual(t, 5*r, w+r, "the reader gets a fifth at least")
 }
