@@ -51,9 +51,12 @@ func TestUnlockWithoutLock(t *testing.T) {
 // which hand the lock on to each other, and a reader of another process,
 // each locking again at once after 1ms held, for 2s. A reader refused by a
 // writer marks the write lock as waited for, so that the writers' releases
-// hand the lock on only after their rounds: the reader gets at least a
-// fifth of the acquisitions (measured: about a third; 1 of 892 while the
-// writers handed on early whatever readers waited).
+// hand the lock on only after their rounds: the reader locks at least a
+// fifth as often as the two writers together. Measured with the race
+// detector, as CI runs it: 28-45% (writers are preferred: one refused by
+// the reader keeps new readers out); 12-16% while the writers handed on
+// early whatever readers waited (1% without the race detector). A
+// generous MasterTimeout keeps a stalled machine from failing an Unlock.
 func TestReadersOfAnotherProcessGetTheirTurn(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -61,7 +64,7 @@ func TestReadersOfAnotherProcessGetTheirTurn(t *testing.T) {
 	var writes, reads atomic.Int64
 	var wg sync.WaitGroup
 	for p, roles := range []string{"ww", "r"} {
-		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: time.Second})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, c.Close()) })
 		m, err := rwmutex.New(c, "shared", &rwmutex.Options{TTL: 5 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
@@ -88,5 +91,5 @@ func TestReadersOfAnotherProcessGetTheirTurn(t *testing.T) {
 	w, r := writes.Load(), reads.Load()
 	t.Logf("writes %d, reads %d", w, r)
 	require.Greater(t, w+r, int64(20), "progress")
-	assert.GreaterOrEqual(t, 5*r, w+r, "the reader gets a fifth at least")
+	assert.GreaterOrEqual(t, 5*r, w, "the reader locks a fifth as often as the writers at least")
 }
