@@ -574,11 +574,10 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 // an eighth of its TTL: an acquire queued behind the release waits for its
 // reply first, and must still be decided within MasterTimeout, and within
 // a quarter of the TTL where it takes a fencing token (op.grantWithin); and
-// unless this client's last
-// release of the lock found another client waiting (see
-// Client.isContested), whose waiters must not lose every race to this
-// client's. Elsewhere it hands the lock on once its round is decided.
-// queued must not block nor use l.
+// unless this client's last release of the lock found another client
+// waiting (see Client.isContested), whose waiters must not lose every race
+// to this client's. Elsewhere it hands the lock on once its round is
+// decided. queued must not block nor use l.
 func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := l.check(); err != nil {
 		return err

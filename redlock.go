@@ -138,7 +138,7 @@ type Client struct {
 	unwatching  sync.WaitGroup    // subscriptions an idle timer is closing
 
 	// The channels of the locks whose last release by this client found
-	// that another client had waited (see Client.contested).
+	// that another client had waited (see Client.isContested).
 	contestedMu sync.Mutex
 	contested   map[string]struct{}
 	contestedN  atomic.Int32 // len(contested), read without the lock

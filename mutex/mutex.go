@@ -18,9 +18,9 @@ import (
 // share a Mutex, and the Mutexes and Reentrants of one client on one key,
 // wait for each other locally before they compete with other processes:
 // the holder keeps the process's turn until its Unlock hands the lock on
-// (see redlock.Lock.Release), and the next of them tries then. Make one with New: on a zero
-// Mutex, Lock, TryLock, Unlock and Extend return an error wrapping
-// redlock.ErrInvalidArgument.
+// (see redlock.Lock.Release), and the next of them tries then. Make one
+// with New: on a zero Mutex, Lock, TryLock, Unlock and Extend return an
+// error wrapping redlock.ErrInvalidArgument.
 type Mutex struct {
 	client *redlock.Client
 	key    string
