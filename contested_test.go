@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -31,21 +32,21 @@ func TestReleaseRecordsWhetherAnotherClientWaited(t *testing.T) {
 	a, b := twoClients(t)
 	ctx := t.Context()
 	key := lockKey("rw")
-	hold := func(refused func()) {
+	// hold takes the write lock and releases it, with an acquire of the
+	// other client's refused meanwhile, if refused is not nil.
+	hold := func(refused func(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error)) {
 		t.Helper()
 		w, err := a.AcquireWrite(ctx, "rw", NewOwner(), 5*time.Second)
 		require.NoError(t, err)
 		if refused != nil {
-			refused()
+			_, err := refused(ctx, "rw", NewOwner(), 5*time.Second)
+			require.ErrorIs(t, err, ErrNotObtained)
 		}
 		require.NoError(t, w.Release(ctx))
 	}
 	hold(nil)
 	assert.False(t, a.isContested(key), "nobody waited")
-	hold(func() {
-		_, err := b.AcquireRead(ctx, "rw", NewOwner(), 5*time.Second)
-		require.ErrorIs(t, err, ErrNotObtained)
-	})
+	hold(b.AcquireRead)
 	assert.True(t, a.isContested(key), "a reader of another client waited")
 
 	r, err := a.AcquireRead(ctx, "rw", NewOwner(), 5*time.Second)
@@ -55,9 +56,6 @@ func TestReleaseRecordsWhetherAnotherClientWaited(t *testing.T) {
 
 	hold(nil)
 	assert.False(t, a.isContested(key), "nobody waited this time")
-	hold(func() {
-		_, err := b.AcquireWrite(ctx, "rw", NewOwner(), 5*time.Second)
-		require.ErrorIs(t, err, ErrNotObtained)
-	})
+	hold(b.AcquireWrite)
 	assert.True(t, a.isContested(key), "a writer of another client waited")
 }
