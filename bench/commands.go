@@ -31,6 +31,10 @@ type Commands struct {
 	// ByName counts per command from INFO commandstats. It includes the
 	// commands scripts ran (a SET inside EVALSHA counts as both).
 	ByName map[string]int64
+	// Usec is the time the servers spent executing each command, in µs,
+	// from INFO commandstats (usec=N): a script's includes the commands it
+	// ran, and no time reading the command or writing its reply.
+	Usec map[string]int64
 	// CPU is the CPU time the servers used (INFO cpu used_cpu_user +
 	// used_cpu_sys; the main thread and its helpers).
 	CPU time.Duration
@@ -84,7 +88,7 @@ func (c *CommandCounter) Snapshot(ctx context.Context) (Snapshot, error) {
 // Diff returns what all masters executed from before to after, without the
 // snapshots' own INFO commands.
 func (c *CommandCounter) Diff(before, after Snapshot) Commands {
-	d := Commands{Total: before.diffTotal(after) - c.overhead*int64(len(before)), ByName: map[string]int64{}}
+	d := Commands{Total: before.diffTotal(after) - c.overhead*int64(len(before)), ByName: map[string]int64{}, Usec: map[string]int64{}}
 	for i := range before {
 		d.CPU += after[i].CPU - before[i].CPU
 		for name, n := range after[i].ByName {
@@ -93,6 +97,7 @@ func (c *CommandCounter) Diff(before, after Snapshot) Commands {
 			}
 			if v := n - before[i].ByName[name]; v != 0 {
 				d.ByName[name] += v
+				d.Usec[name] += after[i].Usec[name] - before[i].Usec[name]
 			}
 		}
 	}
@@ -107,9 +112,9 @@ func (s Snapshot) diffTotal(after Snapshot) int64 {
 	return t
 }
 
-// parseInfo reads total_commands_processed and cmdstat_<name>:calls=N.
+// parseInfo reads total_commands_processed and cmdstat_<name>:calls=N,usec=M.
 func parseInfo(text string) (Commands, error) {
-	c := Commands{Total: -1, ByName: map[string]int64{}}
+	c := Commands{Total: -1, ByName: map[string]int64{}, Usec: map[string]int64{}}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -138,12 +143,18 @@ func parseInfo(text string) (Commands, error) {
 			return c, fmt.Errorf("INFO: %q: no colon", line)
 		}
 		for f := range strings.SplitSeq(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return c, fmt.Errorf("INFO: %q: %w", line, err)
-				}
+			k, v, _ := strings.Cut(f, "=")
+			if k != "calls" && k != "usec" {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return c, fmt.Errorf("INFO: %q: %w", line, err)
+			}
+			if k == "calls" {
 				c.ByName[name] = n
+			} else {
+				c.Usec[name] = n
 			}
 		}
 	}

@@ -49,6 +49,7 @@ func TestParseInfo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(42), c.Total)
 	assert.Equal(t, map[string]int64{"evalsha": 7, "config|resetstat": 1}, c.ByName)
+	assert.Equal(t, map[string]int64{"evalsha": 90, "config|resetstat": 58}, c.Usec)
 	_, err = parseInfo("# Stats\r\n")
 	assert.Error(t, err)
 }

@@ -1,12 +1,17 @@
-// Command scriptcost measures what redlock's scripts cost a master: the
-// server CPU time (INFO cpu) per call of the plain lock's acquire and last
-// release, fenced and not, and of the two scripts of redislock's plain lock
-// (bench.Transport's), each sent in pipelined batches on fresh keys to one
-// local redis-server, so that the time per call is the script's and
-// hardly the connection's. It prints the median of a few rounds per
-// script:
+// Command scriptcost measures what redlock's scripts cost a master, per
+// call of the plain lock's acquire and last release, fenced and not, and
+// of the two scripts of redislock's plain lock (bench.Transport's), each
+// sent in pipelined batches on fresh keys to one local redis-server: the
+// server's CPU time (INFO cpu: reading the call and writing its reply
+// included), the time the server spent running the script (INFO
+// commandstats: FCALL's or EVALSHA's usec, which includes the commands the
+// script ran) and, of that, the time in those commands. It prints the
+// median of a few rounds per script:
 //
 //	cd bench && go run ./cmd/scriptcost
+//
+// With -pieces it prints instead what parts of the acquire and the last
+// release cost, run in a loop inside one call (see pieces.go).
 package main
 
 import (
@@ -29,10 +34,11 @@ func main() {
 	calls := flag.Int("calls", 50000, "calls per script and round")
 	batch := flag.Int("batch", 32, "calls per pipelined batch")
 	rounds := flag.Int("rounds", 3, "rounds (the median is printed)")
+	onlyPieces := flag.Bool("pieces", false, "measure only the pieces of the scripts (see pieces.go), not whole calls")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := run(ctx, *calls, *batch, *rounds); err != nil {
+	if err := run(ctx, *calls, *batch, *rounds, *onlyPieces); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -45,7 +51,7 @@ type script struct {
 	keyf func(round, i int) string
 }
 
-func run(ctx context.Context, calls, batch, rounds int) error {
+func run(ctx context.Context, calls, batch, rounds int, onlyPieces bool) error {
 	cl, err := integration.StartProcesses(ctx, 1, integration.ProcessOptions{})
 	if err != nil {
 		return err
@@ -53,13 +59,16 @@ func run(ctx context.Context, calls, batch, rounds int) error {
 	defer func() { _ = cl.Close() }()
 	rc := bench.NewRedisClient(cl.Addrs()[0])
 	defer func() { _ = rc.Close() }()
-	lib, err := loadLibrary(ctx, rc)
+	lib, code, err := loadLibrary(ctx, rc)
 	if err != nil {
 		return err
 	}
 	cc, err := bench.NewCommandCounter(ctx, []*redis.Client{cl.Admin(0)})
 	if err != nil {
 		return err
+	}
+	if onlyPieces {
+		return measurePieces(ctx, rc, cc, code, rounds)
 	}
 	for _, s := range []*redis.Script{bench.TransportObtain, bench.TransportRelease} {
 		if err := s.Load(ctx, rc).Err(); err != nil {
@@ -98,7 +107,8 @@ func run(ctx context.Context, calls, batch, rounds int) error {
 			}, plainKey},
 		},
 	}
-	costs := map[string][]float64{}
+	type cost struct{ cpu, script, commands float64 } // µs per call
+	costs := map[string][]cost{}
 	for round := range rounds {
 		if err := rc.FlushAll(ctx).Err(); err != nil {
 			return err
@@ -106,62 +116,78 @@ func run(ctx context.Context, calls, batch, rounds int) error {
 		for _, p := range pairs {
 			replies := make([]any, calls)
 			for _, s := range p {
-				us, err := measure(ctx, rc, cc, calls, batch, func(i int) []any {
+				d, err := measure(ctx, rc, cc, calls, batch, func(i int) []any {
 					return s.call(s.keyf(round, i), replies[i])
 				}, replies)
 				if err != nil {
 					return fmt.Errorf("%s: %w", s.name, err)
 				}
-				costs[s.name] = append(costs[s.name], us)
+				per := func(us int64) float64 { return float64(us) / float64(calls) }
+				c := cost{cpu: d.CPU.Seconds() * 1e6 / float64(calls)}
+				for name, us := range d.Usec {
+					if name == "fcall" || name == "evalsha" {
+						c.script += per(us)
+					} else {
+						c.commands += per(us)
+					}
+				}
+				costs[s.name] = append(costs[s.name], c)
 			}
 		}
 	}
-	fmt.Printf("server CPU per call, %d calls in batches of %d, median of %d rounds:\n", calls, batch, rounds)
+	fmt.Printf("server time per call in µs, %d calls in batches of %d, median of %d rounds:\n", calls, batch, rounds)
+	fmt.Printf("  %-32s %8s %8s %8s\n", "", "CPU", "script", "commands")
 	for _, p := range pairs {
-		pair := 0.0
+		var pair cost
 		for _, s := range p {
-			m := median(costs[s.name])
-			pair += m
-			fmt.Printf("  %-32s %6.2f µs\n", s.name, m)
+			cs := costs[s.name]
+			m := cost{
+				median(cs, func(c cost) float64 { return c.cpu }),
+				median(cs, func(c cost) float64 { return c.script }),
+				median(cs, func(c cost) float64 { return c.commands }),
+			}
+			pair.cpu, pair.script, pair.commands = pair.cpu+m.cpu, pair.script+m.script, pair.commands+m.commands
+			fmt.Printf("  %-32s %8.2f %8.2f %8.2f\n", s.name, m.cpu, m.script, m.commands)
 		}
-		fmt.Printf("  %-32s %6.2f µs\n", "  pair", pair)
+		fmt.Printf("  %-32s %8.2f %8.2f %8.2f\n", "  pair", pair.cpu, pair.script, pair.commands)
 	}
 	return nil
 }
 
 // loadLibrary has a redlock client load its library on the master (by
-// locking and unlocking once), and returns the library's name.
-func loadLibrary(ctx context.Context, rc *redis.Client) (string, error) {
+// locking and unlocking once), and returns the library's name and code.
+func loadLibrary(ctx context.Context, rc *redis.Client) (name, code string, err error) {
 	c, err := redlock.New([]*redis.Client{rc}, nil)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer func() { _ = c.Close() }()
 	l, err := c.Acquire(ctx, "scriptcost", time.Second)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err := l.Release(ctx); err != nil {
-		return "", err
+		return "", "", err
 	}
-	libs, err := rc.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	libs, err := rc.FunctionList(ctx, redis.FunctionListQuery{WithCode: true}).Result()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, l := range libs {
 		if strings.HasPrefix(l.Name, "redlock") {
-			return l.Name, nil
+			return l.Name, l.Code, nil
 		}
 	}
-	return "", fmt.Errorf("no redlock library loaded on the master (%d libraries)", len(libs))
+	return "", "", fmt.Errorf("no redlock library loaded on the master (%d libraries)", len(libs))
 }
 
-// measure sends calls commands, batch at a time, and returns the master's
-// CPU time per call in µs, as cc counts it; replies[i] is set to command i's reply.
-func measure(ctx context.Context, rc *redis.Client, cc *bench.CommandCounter, calls, batch int, command func(i int) []any, replies []any) (float64, error) {
+// measure sends calls commands, batch at a time, and returns what the
+// master did meanwhile, as cc counts it; replies[i] is set to command i's
+// reply.
+func measure(ctx context.Context, rc *redis.Client, cc *bench.CommandCounter, calls, batch int, command func(i int) []any, replies []any) (bench.Commands, error) {
 	before, err := cc.Snapshot(ctx)
 	if err != nil {
-		return 0, err
+		return bench.Commands{}, err
 	}
 	cmds := make([]*redis.Cmd, 0, batch)
 	for i := 0; i < calls; i += batch {
@@ -171,7 +197,7 @@ func measure(ctx context.Context, rc *redis.Client, cc *bench.CommandCounter, ca
 			cmds = append(cmds, p.Do(ctx, command(j)...))
 		}
 		if _, err := p.Exec(ctx); err != nil {
-			return 0, err
+			return bench.Commands{}, err
 		}
 		for k, c := range cmds {
 			replies[i+k] = c.Val()
@@ -179,13 +205,17 @@ func measure(ctx context.Context, rc *redis.Client, cc *bench.CommandCounter, ca
 	}
 	after, err := cc.Snapshot(ctx)
 	if err != nil {
-		return 0, err
+		return bench.Commands{}, err
 	}
-	return cc.Diff(before, after).CPU.Seconds() * 1e6 / float64(calls), nil
+	return cc.Diff(before, after), nil
 }
 
-func median(vs []float64) float64 {
-	vs = slices.Clone(vs)
+// median returns the median of f over cs.
+func median[T any](cs []T, f func(T) float64) float64 {
+	vs := make([]float64, len(cs))
+	for i, c := range cs {
+		vs[i] = f(c)
+	}
 	slices.Sort(vs)
 	return vs[len(vs)/2]
 }
