@@ -23,6 +23,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,8 +82,9 @@ type Options struct {
 	KeyPrefix string
 
 	// NoFencing turns fencing tokens off: Lock.Token returns 0, and a
-	// released lock leaves nothing on the masters (except a counter a
-	// fenced client left under the name, which it keeps). With fencing (the
+	// released lock leaves no counter on the masters (a counter that a
+	// fenced client left under the name is kept; release markers, which
+	// expire with the TTL, are left either way: see scripts.lua). With fencing (the
 	// default) the last release leaves the lock's key holding its counter
 	// for the rest of the key's TTL, and an acquisition fails unless it is
 	// decided within a quarter of its TTL: keep TTLs above 4*MasterTimeout,
@@ -106,8 +108,10 @@ type Options struct {
 	Observer Observer
 
 	// NewValue returns the value that identifies one acquisition. It must be
-	// unique across all clients and unguessable, and must not return "". A
-	// value used again may be refused for up to a TTL (see scripts.lua).
+	// unique across all clients and unguessable, and must be neither empty
+	// nor hold '}' (a value names a key on the masters: see scripts.lua);
+	// an acquire with such a value fails with ErrInvalidArgument. A value
+	// used again may be refused for up to a TTL.
 	// Default: 128 random bits from crypto/rand, as base32 text.
 	NewValue func() (string, error)
 }
@@ -474,12 +478,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	value, err := c.newValue()
+	value, err := c.value()
 	if err != nil {
-		return nil, fmt.Errorf("redlock: new value: %w", err)
-	}
-	if value == "" {
-		return nil, invalidf("NewValue returned an empty value")
+		return nil, err
 	}
 	return c.acquire(ctx, exclusiveMode, key, value, value, ttl, 0)
 }
@@ -522,11 +523,29 @@ func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, t
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	nonce, err := c.newValue()
+	nonce, err := c.value()
 	if err != nil {
-		return nil, fmt.Errorf("redlock: new value: %w", err)
+		return nil, err
 	}
 	return c.acquire(ctx, m, key, owner, nonce, ttl, writeWait)
+}
+
+// value returns a new value from NewValue: the Acquire's owner, and every
+// Lock's nonce. A nonce names the Lock's undo marker, K:gone:nonce (see
+// scripts.lua), which must never be another lock's key: the keys of every
+// lock end with '}' or a suffix after their last '}' (see lockKey), so a
+// value must hold no '}', nor be empty.
+func (c *Client) value() (string, error) {
+	v, err := c.newValue()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("redlock: new value: %w", err)
+	case v == "":
+		return "", invalidf("NewValue returned an empty value")
+	case strings.Contains(v, "}"):
+		return "", invalidf("NewValue returned %q: a value must not hold '}'", v)
+	}
+	return v, nil
 }
 
 func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl, writeWait time.Duration) (*Lock, error) {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,32 @@ func TestNewValueOption(t *testing.T) {
 	c = newFakeClient(t, fakes(1), &Options{NewValue: func() (string, error) { return "", nil }})
 	_, err = c.Acquire(context.Background(), "k", time.Second)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// TestBadNewValuesAreRefusedByEveryAcquire: a value is every Lock's nonce,
+// which names its undo marker K:gone:nonce. An empty nonce would be every
+// Lock's, and one holding '}' could make the marker another lock's main
+// key ("{name}:gone:x}" is the lock "name}:gone:x"), which a release that
+// finds nothing would overwrite.
+func TestBadNewValuesAreRefusedByEveryAcquire(t *testing.T) {
+	ctx := context.Background()
+	for _, bad := range []string{"", "x1}", "}", "a}b"} {
+		c := newFakeClient(t, fakes(3), &Options{NewValue: func() (string, error) { return bad, nil }})
+		acquires := map[string]func() (*Lock, error){
+			"Acquire":      func() (*Lock, error) { return c.Acquire(ctx, "k", time.Second) },
+			"AcquireAs":    func() (*Lock, error) { return c.AcquireAs(ctx, "k", "owner", time.Second) },
+			"AcquireRead":  func() (*Lock, error) { return c.AcquireRead(ctx, "k", "owner", time.Second) },
+			"AcquireWrite": func() (*Lock, error) { return c.AcquireWrite(ctx, "k", "owner", time.Second) },
+		}
+		for name, acquire := range acquires {
+			l, err := acquire()
+			assert.Nil(t, l, "%s with NewValue %q", name, bad)
+			assert.ErrorIs(t, err, ErrInvalidArgument, "%s with NewValue %q", name, bad)
+			if bad != "" {
+				assert.ErrorContains(t, err, fmt.Sprintf("NewValue returned %q: a value must not hold '}'", bad), name)
+			}
+		}
+	}
 }
 
 func TestDefaultValuesAreUnique(t *testing.T) {
