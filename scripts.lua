@@ -9,6 +9,9 @@
 --   KEYS[2] K:r        read-write locks only: zset reader -> expiry (ms)
 --   KEYS[3] K:rn       read-write locks only: hash reader -> nonce
 --   KEYS[4] K:ww       read-write locks only: write-wait marker (a writer)
+-- and K:rh, a string that readers keep for as long as they hold (the last
+-- one's release deletes it), which the exclusive and reentrant locks of the
+-- same name read (see readersHold).
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
 --   ARGV[4] "0" for no fencing token, else "1", except: a new acquire's
@@ -39,7 +42,8 @@
 -- of it leaves nothing (one that lands later leaves a key for its TTL). A
 -- re-entry (holds > 1) never creates a missing key. The marker is not
 -- declared in KEYS (its name holds the nonce) but hashes to K's Redis
--- Cluster slot.
+-- Cluster slot; so do K:rh, K:r and K:rn where an exclusive or reentrant
+-- lock's scripts read them without declaring them.
 -- The last release of a Lock publishes its nonce on channel K so that
 -- waiters retry at once: every master where an acquire was refused while
 -- the Lock held the lock (a read-write lock's: every master), and waiters
@@ -167,6 +171,26 @@ local function trimReaders(keys)
   return now
 end
 
+-- markReaders keeps K:rh (key is K) for at least ttl ms, as long as the
+-- reader just granted or extended holds.
+local function markReaders(key, ttl)
+  local rh = key .. ':rh'
+  if redis.call('PTTL', rh) < ttl then redis.call('SET', rh, '1', 'PX', ttl) end
+end
+
+-- readersHold reports whether readers hold the read-write lock whose main
+-- key is key, for the exclusive or reentrant lock of the same name: it is
+-- refused then, as a writer is. Its scripts get only K, and read K:rh with
+-- it; only where that is set do they call readersHold, which drops the
+-- expired readers and, where none is left, K:rh.
+local function readersHold(key)
+  local keys = {key, key .. ':r', key .. ':rn'}
+  trimReaders(keys)
+  if redis.call('ZCARD', keys[2]) > 0 then return true end
+  redis.call('DEL', key .. ':rh')
+  return false
+end
+
 --- acquire @value @tokens @readers @ttl
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
 -- not fencing). Only the Lock that holds it (same owner and nonce) may
@@ -174,8 +198,10 @@ end
 -- same owner is refused like any other: were it to take the lock over, a
 -- late call of an earlier attempt could make that attempt's undo delete a
 -- newer Lock's hold. A refusal marks the holder's value as waited for.
+-- Readers keep a writer out, and so the exclusive or reentrant lock of
+-- their name.
 local me = holderOf(ARGV[6], ARGV[1])
-local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
+local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6], KEYS[1] .. ':rh')
 local holds, token, waited, holder = parse(found[1])
 if holder then
   if holder ~= me then
@@ -196,6 +222,8 @@ if KEYS[2] then
     if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
     return 0
   end
+elseif found[3] and readersHold(KEYS[1]) then
+  return 0
 end
 token = counter or '0' -- without fencing, a counter is kept as it is
 if ARGV[4] ~= '0' then
@@ -238,7 +266,7 @@ return 1
 -- or marker of this Lock is. A
 -- later release frees it, and leaves a marker there (ARGV[7] "2"): a
 -- timed-out acquire or another repair that lands later is refused.
-local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
+local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6], KEYS[1] .. ':rh')
 local counter = counterOf(found[1])
 if found[2] or (found[1] and not counter) then return 0 end
 local token = ARGV[7] -- the counter, where it passed the token, is kept
@@ -246,6 +274,8 @@ if ARGV[4] == '0' or counter and less(token, counter) then token = counter or '0
 if KEYS[2] then
   trimReaders(KEYS)
   if redis.call('ZCARD', KEYS[2]) > 0 then return 0 end
+elseif found[3] and readersHold(KEYS[1]) then
+  return 0
 end
 local value = valueOf(ARGV[3], token, '0', holderOf(ARGV[6], ARGV[1]))
 if counter then
@@ -333,6 +363,7 @@ redis.call('ZADD', KEYS[2], 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never sho
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
 lengthen(KEYS[2], tonumber(ARGV[2]))
 lengthen(KEYS[3], tonumber(ARGV[2]))
+markReaders(KEYS[1], tonumber(ARGV[2]))
 return 1
 
 --- read_extend @readers @ttl
@@ -342,6 +373,7 @@ if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
 redis.call('ZADD', KEYS[2], 'XX', 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see @ttl)
 lengthen(KEYS[2], tonumber(ARGV[2]))
 lengthen(KEYS[3], tonumber(ARGV[2]))
+markReaders(KEYS[1], tonumber(ARGV[2]))
 return 1
 
 --- read_release @readers
@@ -353,5 +385,6 @@ end
 if tonumber(ARGV[3]) > 0 then return 1 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1] .. ':rh') end -- the last reader
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
