@@ -53,13 +53,24 @@ func (t *timeouts) add(e expirer) (time.Time, uint64) {
 
 // cancel marks entry n so that it does not expire, unless it has expired
 // or is expiring already: only then may its expire run after cancel
-// returns.
+// returns. Cancelled entries at the head of the queue are dropped at once,
+// so that the queue holds about as many entries as are pending, not as
+// many as were added within t.after.
 func (t *timeouts) cancel(n uint64) {
 	t.mu.Lock()
-	if n >= t.head {
-		t.queue[t.first+int(n-t.head)].e = nil
+	defer t.mu.Unlock()
+	if n < t.head {
+		return
 	}
-	t.mu.Unlock()
+	t.queue[t.first+int(n-t.head)].e = nil
+	if n != t.head {
+		return // dropped with the head, or by fire
+	}
+	for ; t.first < len(t.queue) && t.queue[t.first].e == nil; t.first++ {
+		t.queue[t.first] = pending{}
+		t.head++
+	}
+	t.compact()
 }
 
 // arm sets the timer to fire in d. t.mu must be held.
