@@ -106,11 +106,15 @@ func (l *Lock) Value() string {
 }
 
 // Token returns the fencing token of this acquisition: larger than every
-// token handed out before for the same lock name, as long as no master
-// lost its data (restarted without persistence) while it mattered. Hand it
-// to the resource the lock protects, which must reject a token lower than
-// one it has already seen. Re-entering keeps the token. It is 0 for read
-// locks and with Options.NoFencing.
+// token handed out before for the same lock name while the masters keep
+// the name's counter, which lives as long as the lock's key (the TTL of
+// its last acquire or extend). Once a counter is lost (a master restarted
+// without persistence, or the name went unused that long), later tokens
+// are larger only if the masters' clocks agree and the name's TTLs are
+// within a factor of two (README, assumption 4). Hand it to the resource
+// the lock protects, which must reject a token lower than one it has
+// already seen. Re-entering keeps the token. It is 0 for read locks and
+// with Options.NoFencing.
 func (l *Lock) Token() uint64 {
 	if l == nil {
 		return 0
@@ -406,9 +410,11 @@ func (s *releaseSkip) Skip(i int) bool {
 }
 
 // Reenter adds one hold for the lock's owner and renews its TTL, over the
-// quorum. It needs the lock to be held (else ErrNotHeld, and nothing is
-// sent); it fails like an acquire, wrapping ErrNotObtained, and then the
-// holds are unchanged. It blocks for at most one quorum round.
+// quorum. It needs the lock to be held (else ErrNotHeld, or ErrClosed once
+// its Client is closed, and nothing is sent); it fails like an acquire,
+// wrapping ErrNotObtained, and then the holds are unchanged. It blocks for
+// one quorum round, after any Extend, Release or renewal of the same Lock
+// under way.
 //
 // Every master stores the owner's hold count, sent as an absolute value by
 // each Reenter and Release. A master that missed one call is corrected by
@@ -445,14 +451,17 @@ func (l *Lock) checkHeld(op string) error {
 // holds it for this owner, unless the key's TTL there is longer: it never
 // shortens the lock on a master, so that its calls, which may land after
 // the round failed or even after a later Extend, cannot cut the lock short.
-// A master where the key has gone is left alone. It succeeds only if a
-// quorum did so with validity left, and then sets Until to ttl from the
-// round's start, less the drift allowance (earlier than before if ttl is
-// shorter). If the lock's validity has already run out, Extend writes
-// nothing and returns ErrNotHeld. Otherwise it fails with a *QuorumError
-// wrapping ErrNotHeld, and Until is unchanged.
+// A master where the key has gone is not extended; once a quorum agreed,
+// the lock is set again there, unless Options.NoRepair (see "Quorum
+// repair" in README.md). It succeeds only if a quorum agreed with validity
+// left, and then sets Until to ttl from the round's start, less the drift
+// allowance (earlier than before if ttl is shorter). If the lock's
+// validity has already run out, Extend writes nothing and returns
+// ErrNotHeld. Otherwise it fails with a *QuorumError wrapping ErrNotHeld,
+// and Until is unchanged.
 //
-// Extend blocks until the quorum is decided, at most MasterTimeout.
+// Extend blocks until the quorum is decided, at most MasterTimeout after
+// any Reenter, Release or renewal of the same Lock under way.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return l.extend(ctx, ttl, "extend")
 }

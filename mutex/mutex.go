@@ -55,7 +55,8 @@ func (m *Mutex) Key() string { return m.key }
 // Lock blocks until this Mutex holds the lock or ctx ends. It waits for its
 // turn among this process's holder and waiters for the key on the client
 // (see Mutex), then for releases published by the masters, with a
-// jittered fallback timer. A failed attempt leaves nothing on the masters.
+// jittered fallback timer. A failed attempt holds nothing on the masters:
+// it is undone (see redlock.Client.Acquire).
 // If ctx ends first, the error matches ctx.Err() and tells the last
 // attempt's outcome; an invalid TTL fails at once.
 func (m *Mutex) Lock(ctx context.Context) error {

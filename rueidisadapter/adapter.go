@@ -8,7 +8,10 @@
 //
 // redlock identifies go-redis masters (INFO) to refuse two masters that are
 // one server, or a replica; it cannot do so through this adapter: run
-// Client.Verify's checks yourself, or give each master once.
+// Client.Verify's checks yourself, or give each master once. Nor can it
+// subscribe through it: the waiters of mutex and rwmutex on rueidis masters
+// are not woken by releases (wake-on-release), and retry on their timers
+// (mutex.Options.MinRetryDelay, doubling up to MaxRetryDelay).
 package rueidisadapter
 
 import (
