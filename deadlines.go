@@ -15,11 +15,12 @@ type expirer interface {
 // timeouts expires entries a fixed time after each was added, with one
 // timer for them all rather than one per round (a time.Timer or a
 // context.WithTimeout each). Every entry waits the same time, so entries
-// expire in the order they were added. A cancelled entry is only marked:
-// the timer drops it when it fires, and is then armed for the first entry
-// still pending, so that while rounds end well within their deadlines it
-// fires about once per that time. Expiries run on the timer's goroutine,
-// one at a time. It is safe for concurrent use.
+// expire in the order they were added. A cancelled entry is marked, and
+// dropped once no pending entry is ahead of it (see cancel) or when the
+// timer fires, which is then armed for the first entry still pending: while
+// rounds end well within their deadlines it fires about once per that
+// time. Expiries run on the timer's goroutine, one at a time. It is safe
+// for concurrent use.
 type timeouts struct {
 	after time.Duration
 
@@ -54,8 +55,10 @@ func (t *timeouts) add(e expirer) (time.Time, uint64) {
 // cancel marks entry n so that it does not expire, unless it has expired
 // or is expiring already: only then may its expire run after cancel
 // returns. Cancelled entries at the head of the queue are dropped at once,
-// so that the queue holds about as many entries as are pending, not as
-// many as were added within t.after.
+// all but the last one queued, so that the queue holds about as many
+// entries as are pending, not as many as were added within t.after. Only
+// fire empties the queue: add arms the timer when it finds the queue empty,
+// which it then cannot be while a fire is due or under way.
 func (t *timeouts) cancel(n uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -63,10 +66,7 @@ func (t *timeouts) cancel(n uint64) {
 		return
 	}
 	t.queue[t.first+int(n-t.head)].e = nil
-	if n != t.head {
-		return // dropped with the head, or by fire
-	}
-	for ; t.first < len(t.queue) && t.queue[t.first].e == nil; t.first++ {
+	for ; t.first < len(t.queue)-1 && t.queue[t.first].e == nil; t.first++ {
 		t.queue[t.first] = pending{}
 		t.head++
 	}

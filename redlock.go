@@ -74,7 +74,8 @@ type Options struct {
 
 	// KeyPrefix is prepended to every lock name; any string works, braces
 	// included. The keys of the lock named n (KeyPrefix+key) are "{n}"
-	// (and "{n}:r", ":rn", ":ww" for read-write locks): they share
+	// (and "{n}:r", ":rn", ":ww", ":rh" for read-write locks, and release
+	// markers "{n}:gone:<nonce>"): they share
 	// the Redis Cluster hash tag n. A name that starts with '}' would make
 	// that tag empty, so its keys are "}{t}n}" and so on, where t is n with
 	// each '}' replaced by ')'.
@@ -532,9 +533,10 @@ func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, t
 
 // value returns a new value from NewValue: the Acquire's owner, and every
 // Lock's nonce. A nonce names the Lock's undo marker, K:gone:nonce (see
-// scripts.lua), which must never be another lock's key: the keys of every
-// lock end with '}' or a suffix after their last '}' (see lockKey), so a
-// value must hold no '}', nor be empty.
+// scripts.lua), which must never be another lock's key: the last '}' of a
+// key tells its name from its suffix (see lockKey), so a value must hold
+// no '}'. It must not be empty either: an empty nonce would be every
+// Lock's.
 func (c *Client) value() (string, error) {
 	v, err := c.newValue()
 	switch {

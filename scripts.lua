@@ -9,9 +9,9 @@
 --   KEYS[2] K:r        read-write locks only: zset reader -> expiry (ms)
 --   KEYS[3] K:rn       read-write locks only: hash reader -> nonce
 --   KEYS[4] K:ww       read-write locks only: write-wait marker (a writer)
--- and K:rh, a string that readers keep for as long as they hold (the last
--- one's release deletes it), which the exclusive and reentrant locks of the
--- same name read (see readersHold).
+-- (readers also keep K:rh, a string, for as long as they hold, which the
+-- exclusive and reentrant locks of the same name read: see
+-- readersRefuseByName),
 -- and the same arguments:
 --   ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] holds after the operation,
 --   ARGV[4] "0" for no fencing token, else "1", except: a new acquire's
@@ -42,8 +42,8 @@
 -- of it leaves nothing (one that lands later leaves a key for its TTL). A
 -- re-entry (holds > 1) never creates a missing key. The marker is not
 -- declared in KEYS (its name holds the nonce) but hashes to K's Redis
--- Cluster slot; so do K:rh, K:r and K:rn where an exclusive or reentrant
--- lock's scripts read them without declaring them.
+-- Cluster slot; so do K:rh, K:r and K:rn, which an exclusive or reentrant
+-- lock's scripts read without declaring them (see readersRefuseByName).
 -- The last release of a Lock publishes its nonce on channel K so that
 -- waiters retry at once: every master where an acquire was refused while
 -- the Lock held the lock (a read-write lock's: every master), and waiters
@@ -171,24 +171,35 @@ local function trimReaders(keys)
   return now
 end
 
--- markReaders keeps K:rh (key is K) for at least ttl ms, as long as the
--- reader just granted or extended holds.
+-- markReaders keeps K:rh (key is K) for at least a second longer than the
+-- reader just granted or extended holds (ttl ms): a reader's expiry is
+-- taken from TIME, which may run ahead of the clock that expires keys
+-- during a script.
 local function markReaders(key, ttl)
   local rh = key .. ':rh'
+  ttl = ttl + 1000
   if redis.call('PTTL', rh) < ttl then redis.call('SET', rh, '1', 'PX', ttl) end
 end
 
--- readersHold reports whether readers hold the read-write lock whose main
--- key is key, for the exclusive or reentrant lock of the same name: it is
--- refused then, as a writer is. Its scripts get only K, and read K:rh with
--- it; only where that is set do they call readersHold, which drops the
--- expired readers and, where none is left, K:rh.
-local function readersHold(key)
-  local keys = {key, key .. ':r', key .. ':rn'}
+-- readersRefuse returns what the readers of a read-write lock (keys as
+-- KEYS) make an acquire for owner reply, once the expired ones are
+-- dropped: -1 (an upgrade) where owner reads, 0 where others do, nil where
+-- none does.
+local function readersRefuse(keys, owner)
   trimReaders(keys)
-  if redis.call('ZCARD', keys[2]) > 0 then return true end
-  redis.call('DEL', key .. ':rh')
-  return false
+  if redis.call('ZSCORE', keys[2], owner) then return -1 end
+  if redis.call('ZCARD', keys[2]) > 0 then return 0 end
+  return nil
+end
+
+-- readersRefuseByName is readersRefuse for the exclusive or reentrant lock
+-- of the same name as the read-write lock whose main key is key: its
+-- scripts get only K, read K:rh with it, and ask only where that is set.
+-- Where no reader is left, K:rh is deleted.
+local function readersRefuseByName(key, owner)
+  local refused = readersRefuse({key, key .. ':r', key .. ':rn'}, owner)
+  if not refused then redis.call('DEL', key .. ':rh') end
+  return refused
 end
 
 --- acquire @value @tokens @readers @ttl
@@ -216,14 +227,12 @@ local counter = counterOf(found[1])
 if found[1] and not counter then return 0 end
 if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
 if KEYS[2] then
-  trimReaders(KEYS)
-  if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
-  if redis.call('ZCARD', KEYS[2]) > 0 then
-    if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
-    return 0
-  end
-elseif found[3] and readersHold(KEYS[1]) then
-  return 0
+  local refused = readersRefuse(KEYS, ARGV[1])
+  if refused == 0 and tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
+  if refused then return refused end
+elseif found[3] then
+  local refused = readersRefuseByName(KEYS[1], ARGV[1])
+  if refused then return refused end
 end
 token = counter or '0' -- without fencing, a counter is kept as it is
 if ARGV[4] ~= '0' then
@@ -272,9 +281,8 @@ if found[2] or (found[1] and not counter) then return 0 end
 local token = ARGV[7] -- the counter, where it passed the token, is kept
 if ARGV[4] == '0' or counter and less(token, counter) then token = counter or '0' end
 if KEYS[2] then
-  trimReaders(KEYS)
-  if redis.call('ZCARD', KEYS[2]) > 0 then return 0 end
-elseif found[3] and readersHold(KEYS[1]) then
+  if readersRefuse(KEYS, ARGV[1]) then return 0 end
+elseif found[3] and readersRefuseByName(KEYS[1], ARGV[1]) then
   return 0
 end
 local value = valueOf(ARGV[3], token, '0', holderOf(ARGV[6], ARGV[1]))

@@ -29,6 +29,11 @@ func TestExclusiveLocksWaitForReadersOfTheSameName(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrNotObtained, "Acquire while a reader holds")
 	_, err = c.AcquireAs(ctx, "k", "me", 10*time.Second)
 	assert.ErrorIs(t, err, redlock.ErrNotObtained, "AcquireAs while a reader holds")
+	assert.NotErrorIs(t, err, redlock.ErrUpgrade, "AcquireAs while another owner reads")
+	// The reader itself asking for the exclusive lock would wait for itself:
+	// refused at once, as a writer's upgrade is.
+	_, err = c.AcquireAs(ctx, "k", "reader", 10*time.Second)
+	assert.ErrorIs(t, err, redlock.ErrUpgrade, "AcquireAs by the reader")
 	require.NoError(t, r.Release(ctx))
 	assertEmpty(t, cl) // the last reader's release leaves no mark
 	x, err := c.Acquire(ctx, "k", 10*time.Second)

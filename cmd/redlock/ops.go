@@ -196,12 +196,14 @@ type ReleaseResult struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// forceRelease frees the lock on one master: it deletes the readers and the
-// write-wait marker, and replaces a holder's value with the free value that
-// keeps its fencing counter (see scripts.lua), then publishes a release so
-// that waiters retry at once. It replies the number of keys it freed.
+// forceRelease frees the lock on one master: it deletes the readers (and
+// their mark, K:rh) and the write-wait marker, and replaces a holder's
+// value with the free value that keeps its fencing counter (see
+// scripts.lua), then publishes a release so that waiters retry at once. It
+// replies the number of keys it freed, the mark not counted.
 var forceRelease = redis.NewScript(`
 local n = redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1] .. ':rh')
 local v = redis.pcall('GET', KEYS[1])
 if type(v) ~= 'string' or not v:find('^f:') then
   local token = type(v) == 'string' and v:match('^%d+:(%d+):')

@@ -56,7 +56,8 @@ var (
 
 	// LockKeys returns the keys of the lock named name under prefix, in
 	// the order of scripts.lua: the main key (also the channel releases
-	// are published on), and for rw ":r", ":rn", ":ww".
+	// are published on), and for rw ":r", ":rn", ":ww" (not ":rh", which
+	// the scripts name themselves).
 	LockKeys func(prefix, name string, rw bool) []string
 
 	// ParseHolder reads the value of a lock's main key (exclusive,
