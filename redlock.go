@@ -85,14 +85,15 @@ type Options struct {
 	// NoFencing turns fencing tokens off: Lock.Token returns 0, and a
 	// released lock leaves no counter on the masters (a counter that a
 	// fenced client left under the name is kept; release markers, which
-	// expire with the TTL, are left either way: see scripts.lua). With fencing (the
-	// default) the last release leaves the lock's key holding its counter
-	// for the rest of the key's TTL, and an acquisition fails unless it is
-	// decided within a quarter of its TTL: keep TTLs above 4*MasterTimeout,
-	// so that a slow master cannot make every acquisition fail. Tokens are microseconds of the
-	// masters' clocks, or larger (a hybrid logical clock: see "Fencing
-	// tokens" in README.md for what they guarantee); they are exact up to
-	// the largest int64, beyond which a master refuses the acquire.
+	// expire with the TTL, are left either way: see scripts.lua). With
+	// fencing (the default) the last release leaves the lock's key holding
+	// its counter for the rest of the key's TTL, and an acquisition fails
+	// unless it is decided within a quarter of its TTL: keep TTLs above
+	// 4*MasterTimeout, so that a slow master cannot make every acquisition
+	// fail. Tokens are microseconds of the masters' clocks, or larger (a
+	// hybrid logical clock: see "Fencing tokens" in README.md for what they
+	// guarantee); they are exact up to the largest int64, beyond which a
+	// master refuses the acquire.
 	NoFencing bool
 
 	// NoRepair turns quorum repair off. With repair (the default) each
