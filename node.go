@@ -65,9 +65,10 @@ func (m *mode) keys(prefix, key string) []string {
 // lock would hash to different slots. Such a name gets "}{tag}name}", where
 // tag is name with each '}' replaced by ')'. The keys of distinct names never
 // collide: only the second form starts with '}', and in it the first '}' ends
-// the tag; every key is lockKey's, which ends with '}', and a suffix without
-// '}' (":r", ":rn", ":ww", ":rh", ":gone:" and a nonce, which may hold no '}':
-// see Client.value), so the last '}' of a key tells its name from its suffix.
+// the tag; every key is lockKey's, which ends with '}', followed by a suffix
+// without '}' (":r", ":rn", ":ww", ":rh", or ":gone:" and a nonce, which may
+// hold no '}': see Client.value), so the last '}' of a key tells its name
+// from its suffix.
 func lockKey(name string) string {
 	if !strings.HasPrefix(name, "}") {
 		return "{" + name + "}"
