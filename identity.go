@@ -246,6 +246,17 @@ func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
 	return runID, err, true
 }
 
+// lastServer returns the run_id of master i as last learned, without
+// asking: "" where it is unknown.
+func (c *Client) lastServer(i int) string {
+	if id := c.nodes[i].id; id != nil {
+		if s := id.current.Load(); s != nil {
+			return s.runID
+		}
+	}
+	return ""
+}
+
 // judge returns the run_id of master i, which is server s, and why its
 // answer must not count (see admit).
 func (c *Client) judge(i int, s *serverID) (string, error) {

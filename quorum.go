@@ -424,10 +424,15 @@ func (c *Client) complete(r *round, i int, v int64, err error) {
 	s.unknown = unanswered(s.err)
 	s.mayHaveApplied = s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
 	s.applied, s.answered = s.agreed(), s.err == nil
-	if s.applied && !o.keep {
+	switch {
+	case s.applied && o.keep:
+		// A release's agreements only tell what is reported, and are not
+		// held up to identify the server: the identity last learned, if
+		// any, keeps one server from counting twice (see tallyLocked).
+		s.server = c.lastServer(i)
+	case s.applied:
 		// A replica, or a server that an earlier master already is, does
-		// not count toward a quorum: only agreements do, and a release's
-		// only tell what is reported.
+		// not count toward a quorum.
 		var known bool
 		if s.server, s.err, known = c.admitKnown(i); !known {
 			go func() {

@@ -638,3 +638,37 @@ func TestMasterThatRefusesInfoCountsUnchecked(t *testing.T) {
 	assert.NotErrorIs(t, err, redlock.ErrSameServer)
 	assert.NotErrorIs(t, err, redlock.ErrReplica)
 }
+
+// TestSameServerTwiceCountsOnceInARelease: masters [A/db0, A/db1, B]. A
+// release that finds the lock on A's two databases but not on B reports
+// that it was not held: A counts once in a release too, as last identified.
+func TestSameServerTwiceCountsOnceInARelease(t *testing.T) {
+	cl := integration.NewCluster(t, 2)
+	a, b := cl.Masters[0].Addr(), cl.Masters[1].Addr()
+	db1 := masterClient(t, a, 1)
+	c := newClientOn(t, []*redis.Client{masterClient(t, a, 0), db1, masterClient(t, b, 0)})
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err, "A once and B are a quorum")
+	require.Eventually(t, func() bool { return db1.Exists(ctx, "{job}").Val() == 1 },
+		5*time.Second, time.Millisecond, "A's second database holds the lock too, uncounted")
+	require.NoError(t, cl.Admin(1).Del(ctx, "{job}").Err(), "B loses the lock")
+
+	err = l.Release(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotHeld, "only A held it, and A is one server")
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.Equal(t, 1, qe.Agreed)
+	same := 0
+	for _, m := range qe.Masters[:2] {
+		if errors.Is(m.Err, redlock.ErrSameServer) {
+			same++
+		}
+	}
+	assert.Equal(t, 1, same, "one of A's databases names the pair: %v", err)
+	for _, m := range []*redis.Client{masterClient(t, a, 0), db1} {
+		v, _ := m.Get(ctx, "{job}").Result()
+		assert.True(t, isFree(v), "released on both of A's databases: %q", v)
+	}
+}
