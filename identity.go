@@ -267,10 +267,8 @@ func (c *Client) judge(i int, s *serverID) (string, error) {
 		return "", nil
 	}
 	for j := range i {
-		if o := c.nodes[j].id; o != nil {
-			if prev := o.current.Load(); prev != nil && prev.runID == s.runID {
-				return s.runID, c.sameServer(j, i, s.runID)
-			}
+		if c.lastServer(j) == s.runID {
+			return s.runID, c.sameServer(j, i, s.runID)
 		}
 	}
 	return s.runID, nil
