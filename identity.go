@@ -24,12 +24,12 @@ var (
 	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
 )
 
-// SameServerError means two masters answered with the same run_id: they
-// are one redis-server (two databases of it, or two addresses of it), and
-// only one of them counts toward a quorum. It is the error of the other
-// one: master Second, except in the round that first identified both, where
-// it is whichever of them the round heard from later. Its text names the
-// other master. It matches ErrSameServer.
+// SameServerError means two masters agreed in one round and answered with
+// the same run_id: they are one redis-server (two databases of it, or two
+// addresses of it), and only one of them counts toward a quorum, the one
+// the round heard from first. It is the error of the other one; its text
+// names the one that counted. Where only one of them agreed, that one
+// counts. It matches ErrSameServer.
 type SameServerError struct {
 	First, Second         int    // positions in the masters given to New; First < Second
 	FirstName, SecondName string // their names, as in MasterResult.Master
@@ -216,9 +216,10 @@ func infoField(info, field string) string {
 
 // admit identifies master i after it answered (only then: a connection
 // opened for the call itself must be seen) and returns its run_id ("" if
-// unknown), and why its answer must not count: it is a replica, it is the
-// same server as a master before it, or it could not be identified.
-// It blocks while it asks the server (see idCache.get).
+// unknown), and why its answer must not count: it is a replica, or it could
+// not be identified. Of two masters that are one server, the round counts
+// one (see round.tallyLocked). It blocks while it asks the server (see
+// idCache.get).
 func (c *Client) admit(ctx context.Context, i int) (string, error) {
 	id := c.nodes[i].id
 	if id == nil {
@@ -228,7 +229,7 @@ func (c *Client) admit(ctx context.Context, i int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("identifying the server: %w", err)
 	}
-	return c.judge(i, s)
+	return judge(s)
 }
 
 // admitKnown is admit without asking the server: known is false where
@@ -242,7 +243,7 @@ func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
 	if s == nil {
 		return "", nil, false
 	}
-	runID, err = c.judge(i, s)
+	runID, err = judge(s)
 	return runID, err, true
 }
 
@@ -257,19 +258,11 @@ func (c *Client) lastServer(i int) string {
 	return ""
 }
 
-// judge returns the run_id of master i, which is server s, and why its
-// answer must not count (see admit).
-func (c *Client) judge(i int, s *serverID) (string, error) {
-	switch {
-	case s.role != "" && s.role != "master":
+// judge returns the run_id of server s, and why its answer must not count
+// (see admit).
+func judge(s *serverID) (string, error) {
+	if s.role != "" && s.role != "master" {
 		return s.runID, replicaError(s.role)
-	case s.runID == "":
-		return "", nil
-	}
-	for j := range i {
-		if c.lastServer(j) == s.runID {
-			return s.runID, c.sameServer(j, i, s.runID)
-		}
 	}
 	return s.runID, nil
 }

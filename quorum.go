@@ -431,8 +431,8 @@ func (c *Client) complete(r *round, i int, v int64, err error) {
 		// any, keeps one server from counting twice (see tallyLocked).
 		s.server = c.lastServer(i)
 	case s.applied:
-		// A replica, or a server that an earlier master already is, does
-		// not count toward a quorum.
+		// A replica does not count toward a quorum; nor does a server
+		// that counted already in this round (see tallyLocked).
 		var known bool
 		if s.server, s.err, known = c.admitKnown(i); !known {
 			go func() {
@@ -485,8 +485,9 @@ func (r *round) tallyLocked(i int) {
 	s := &r.slots[i]
 	s.read = true
 	if s.agreed() && s.server != "" {
-		// One server counts once, even if it was identified as the same as
-		// an earlier master only during this round.
+		// One server counts once: the first of its masters to agree. A
+		// master that refused does not stand for its server, which may
+		// hold the lock in another database.
 		for j := range r.slots {
 			if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
 				s.err = r.c.sameServer(j, i, s.server)

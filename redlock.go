@@ -188,8 +188,8 @@ type Client struct {
 // run_id and role) and again after its client's connection pool opened a
 // new connection (as its PoolStats tell: New installs nothing on the
 // clients): a replica's answers do not count, and of two masters that are
-// one server only one counts (the other gets a *SameServerError in the
-// QuorumError). Verify checks every master up front.
+// one server and agree in a round only one counts (the other gets a
+// *SameServerError in the QuorumError). Verify checks every master up front.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}

@@ -672,3 +672,25 @@ func TestSameServerTwiceCountsOnceInARelease(t *testing.T) {
 		assert.True(t, isFree(v), "released on both of A's databases: %q", v)
 	}
 }
+
+// TestSameServerCountsThroughTheDatabaseThatAgrees: masters [A/db0, A/db1,
+// B], all identified, and the lock held elsewhere on A/db0 only, which is
+// no quorum. A/db1 and B agree: A counts once, through the database that
+// agreed (the original code refused A/db1 as the same server as master 0,
+// although master 0 had refused, so A counted nowhere).
+func TestSameServerCountsThroughTheDatabaseThatAgrees(t *testing.T) {
+	cl := integration.NewCluster(t, 2)
+	a, b := cl.Masters[0].Addr(), cl.Masters[1].Addr()
+	c := newClientOn(t, []*redis.Client{masterClient(t, a, 0), masterClient(t, a, 1), masterClient(t, b, 0)})
+	ctx := context.Background()
+	var same *redlock.SameServerError
+	require.ErrorAs(t, c.Verify(ctx), &same, "every master identified")
+	holdAs(t, cl, 0, "job", "someone-else") // A/db0
+
+	l, err := c.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err, "A/db1 and B are two servers")
+	require.NoError(t, l.Release(ctx))
+	v, err := cl.Admin(0).Get(ctx, "{job}").Result()
+	require.NoError(t, err)
+	assert.Contains(t, v, "someone-else", "the other holder's value on A/db0 is left alone")
+}
