@@ -39,6 +39,9 @@ type Lock struct {
 	ttl   time.Duration
 	holds int
 	renew *renewal
+	// stopping: the last Release is stopping renewal, with mu let go;
+	// AutoRenew then starts none (see release).
+	stopping bool
 	// lostBeforeRelease: the lock was lost when its last hold was
 	// released (for Observer).
 	lostBeforeRelease bool
@@ -593,10 +596,11 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	}
 	l.mu.Lock()
 	if r := l.renew; r != nil && l.holds <= 1 {
-		l.renew = nil
+		l.renew, l.stopping = nil, true
 		l.mu.Unlock()
 		r.stop() // outside mu: a renewal in flight needs it
 		l.mu.Lock()
+		l.stopping = false
 		if l.holds > 1 { // a Reenter came in meanwhile: keep renewing
 			l.startRenewal()
 		}

@@ -178,3 +178,48 @@ func (a acquiredThenPanic) ObserveEvent(ctx context.Context, e Event) {
 		panic("observer")
 	}
 }
+
+// renewedGate is an Observer whose first EventRenewed blocks until open is
+// closed, and tells entered when it begins.
+type renewedGate struct {
+	entered, open chan struct{}
+	once          sync.Once
+}
+
+func (g *renewedGate) ObserveRound(context.Context, Round) {}
+
+func (g *renewedGate) ObserveEvent(_ context.Context, e Event) {
+	if e.Kind == EventRenewed {
+		g.once.Do(func() {
+			close(g.entered)
+			<-g.open
+		})
+	}
+}
+
+// TestAutoRenewDuringTheLastReleaseStartsNothing: the last Release waits,
+// with the Lock's mutex let go, for the renewal to stop (here held in its
+// Observer); an AutoRenew meanwhile must not start another renewal, which
+// would outlive the release.
+func TestAutoRenewDuringTheLastReleaseStartsNothing(t *testing.T) {
+	g := &renewedGate{entered: make(chan struct{}), open: make(chan struct{})}
+	c := newFakeClient(t, fakes(3), &Options{Observer: g, MasterTimeout: 50 * time.Millisecond})
+	l, err := c.Acquire(context.Background(), "k", 600*time.Millisecond) // renewed after 200ms
+	require.NoError(t, err)
+	l.AutoRenew()
+	<-g.entered // the renewal is in its Observer, until open
+	released := make(chan error, 1)
+	go func() { released <- l.Release(context.Background()) }()
+	require.Eventually(t, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.renew == nil
+	}, 5*time.Second, time.Millisecond, "the release took the renewal to stop it")
+	l.AutoRenew()
+	close(g.open)
+	require.NoError(t, <-released)
+	l.mu.Lock()
+	renew := l.renew
+	l.mu.Unlock()
+	assert.Nil(t, renew, "no renewal after the last Release")
+}

@@ -157,14 +157,15 @@ func (r *renewal) stop() {
 // before the validity would run out, the lock is lost: Done closes, with
 // the last renewal error in Err. The last Release, and Client.Close, stop
 // renewal before they return; no renewal runs after. Calling AutoRenew
-// again, or on a closed Client, is a no-op.
+// again, on a closed Client, or while the last Release is under way, is a
+// no-op (a Reenter that comes first keeps renewal running).
 func (l *Lock) AutoRenew() {
 	if l.check() != nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.renew == nil && l.holds > 0 {
+	if l.renew == nil && l.holds > 0 && !l.stopping {
 		l.startRenewal()
 	}
 }
