@@ -2,6 +2,9 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,4 +246,67 @@ func TestCleanupStopsAfterErrorReplies(t *testing.T) {
 	c, fl := releaseLostOn(t, time.Hour, true)
 	assertCleanerStops(t, c, 2, fl)
 	assert.Equal(t, int32(1<<30-1-maxErrorReplies), fl.fails.Load(), "the first try, then maxErrorReplies retries")
+}
+
+// proxiedMaster answers every acquire with an error reply a proxy gives
+// for a call it forwarded and gave up on (twemproxy's server timeout), and
+// records the arguments of the releases it gets.
+type proxiedMaster struct {
+	*fakeMaster
+	mu       sync.Mutex
+	releases [][]any
+}
+
+func (p *proxiedMaster) call(ctx context.Context, name string, keys []string, args []any) *redis.Cmd {
+	switch name {
+	case "acquire":
+		return redis.NewCmdResult(nil, errorReply("ERR Connection timed out"))
+	case "release":
+		p.mu.Lock()
+		p.releases = append(p.releases, slices.Clone(args))
+		p.mu.Unlock()
+	}
+	return p.fakeMaster.run(ctx, name, keys, args)
+}
+
+func (p *proxiedMaster) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return p.call(ctx, scriptName(sha), keys, args)
+}
+
+func (p *proxiedMaster) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return p.call(ctx, scriptName(redis.NewScript(src).Hash()), keys, args)
+}
+
+// TestErrorReplyIsDroppedWithAMarker: an acquire answered with an error
+// reply may still land (a proxy forwarded it), so what drops it there, the
+// undo of a failed round or the drop of a late agreement after a
+// successful one, leaves the release marker (ARGV[7]) if it finds nothing:
+// otherwise the acquire, landing after it, would keep the lock, held by
+// nobody, for its TTL.
+func TestErrorReplyIsDroppedWithAMarker(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held-elsewhere=%v", held), func(t *testing.T) {
+			fs := fakes(3)
+			if held {
+				fs[1].set("{k}", "someone-else")
+				fs[2].set("{k}", "someone-else")
+			}
+			p := &proxiedMaster{fakeMaster: fs[0]}
+			c, err := New([]redis.Scripter{p, fs[1], fs[2]}, &Options{MasterTimeout: time.Second})
+			require.NoError(t, err)
+			l, err := c.Acquire(context.Background(), "k", 10*time.Second)
+			if held {
+				require.ErrorIs(t, err, ErrNotObtained)
+			} else {
+				require.NoError(t, err, "masters 1 and 2 agreed")
+				require.NoError(t, l.Release(context.Background()))
+			}
+			require.NoError(t, c.Close())
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			require.NotEmpty(t, p.releases, "the acquire may have applied: it is dropped")
+			marked := slices.ContainsFunc(p.releases, func(args []any) bool { return len(args) == 7 })
+			assert.True(t, marked, "no drop leaves a marker: %v", p.releases)
+		})
+	}
 }

@@ -29,11 +29,11 @@ type op struct {
 	// if it finds nothing (see scripts.lua).
 	markArgs []any
 	// late, if set, runs after a successful round on each master i that
-	// agreed after the decision, failed after it (an error reply may come
-	// from a proxy that forwarded the call), or failed without an answer
-	// then or before (a timed-out write may still land): such an agreement
-	// may land after the lock's release (see Lock.lateAgreement). unknown
-	// tells the last case. It must not block (see Client.settle).
+	// agreed after the decision, or failed (an error reply may come from a
+	// proxy that forwarded the call, and a timed-out write may still land):
+	// such an agreement may land after the lock's release (see
+	// Lock.lateAgreement). unknown tells a failure: the outcome is unknown
+	// (see unanswered). It must not block (see Client.settle).
 	late func(ctx context.Context, i int, unknown bool)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
@@ -422,7 +422,7 @@ func (c *Client) complete(r *round, i int, v int64, err error) {
 	// proxy that forwarded the call: only a call surely not sent did not
 	// apply. Where the outcome is unknown, an undo may overtake the call.
 	s.unknown = unanswered(s.err)
-	s.mayHaveApplied = s.val > 0 || s.err != nil && !errors.Is(s.err, pipeline.ErrNotSent)
+	s.mayHaveApplied = s.val > 0 || s.unknown
 	s.applied, s.answered = s.agreed(), s.err == nil
 	switch {
 	case s.applied && o.keep:
@@ -595,15 +595,15 @@ func (c *Client) spawn(ctx context.Context, f func()) {
 }
 
 // unanswered reports whether err leaves a call's outcome unknown: it may
-// have reached the master, and may still land there. An error reply (a
-// script error, OOM, NOSCRIPT) is an answer, and a call its pipeline did
-// not send reached nothing.
+// have reached the master, and may still land there. So does an error
+// reply, which may come from a proxy that forwarded the call and gave up
+// waiting for the server; only a call its pipeline did not send reached
+// nothing.
 func unanswered(err error) bool {
-	return err != nil && !isReply(err) && !errors.Is(err, pipeline.ErrNotSent)
+	return err != nil && !errors.Is(err, pipeline.ErrNotSent)
 }
 
-// isReply reports whether err is an error reply of the server. Apart from
-// unanswered, so that a nil error allocates nothing.
+// isReply reports whether err is an error reply of the server.
 func isReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)
