@@ -299,8 +299,10 @@ return 1
 -- lock with the larger of its token and ARGV[4] (the Lock's token, when it
 -- has one) as counter, and publishes where an acquire waited for it.
 local me = holderOf(ARGV[6], ARGV[1])
+-- A master out of memory refuses the marker's SET, as it would a late
+-- acquire's: a release there does without it.
 local function mark()
-  if ARGV[7] then redis.call('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+  if ARGV[7] then redis.pcall('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
 end
 if tonumber(ARGV[3]) > 0 then
   local _, token, waited, holder = parse(redis.call('GET', KEYS[1]))
@@ -315,6 +317,15 @@ end
 -- otherwise is put back, TTL and all.
 local free = 'f:' .. ARGV[4]
 local old = redis.pcall('SET', KEYS[1], free, 'KEEPTTL', 'GET')
+-- A master out of memory refuses the SET, not a GET nor a DEL. Without
+-- fencing there is no counter to keep, and the lock is deleted; with it, a
+-- DEL would lose the counter, and later tokens could be smaller: the
+-- refusal is the reply, and the lock expires there.
+local full = type(old) == 'table' and not old.err:find('WRONGTYPE', 1, true)
+if full then
+  if ARGV[4] ~= '0' then return old end
+  old = redis.call('GET', KEYS[1])
+end
 if type(old) == 'table' then -- a key of another type, left as it was
   mark()
   return 0
@@ -326,7 +337,8 @@ local token, waited, holder = ARGV[4], '0', me
 if old ~= valueOf('1', token, waited, me) then token, waited, holder = select(2, parse(old)) end
 if holder ~= me then
   local counter = counterOf(old)
-  if not old then
+  if full then -- nothing was written
+  elseif not old then
     redis.call('DEL', KEYS[1])
   elseif not counter or less(ARGV[4], counter) then
     redis.call('SET', KEYS[1], old, 'KEEPTTL')
@@ -334,7 +346,7 @@ if holder ~= me then
   mark()
   return 0
 end
-if token == '0' then
+if token == '0' or full then
   redis.call('DEL', KEYS[1])
 elseif less(ARGV[4], token) then
   redis.call('SET', KEYS[1], 'f:' .. token, 'KEEPTTL')

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -478,4 +479,58 @@ func lockThenJump(t *testing.T, n int, bare bool) (*redlock.Lock, *integration.C
 	assert.Greater(t, ahead, 29*time.Second, "m0's clock jumped")
 	assert.Equal(t, repeat(l.Value(), held-n), values(t, cl, "job")[n:held], "the others still hold it")
 	return l, cl, b
+}
+
+// outOfMemory makes every master of cl refuse writes that need memory
+// (maxmemory with noeviction) until the test ends or the returned func
+// lifts it.
+func outOfMemory(t *testing.T, cl *integration.Cluster) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	set := func(v string) {
+		for i := range cl.Masters {
+			require.NoError(t, cl.Admin(i).ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+			require.NoError(t, cl.Admin(i).ConfigSet(ctx, "maxmemory", v).Err())
+		}
+	}
+	set("1")
+	var once sync.Once
+	lift = func() { once.Do(func() { set("0") }) }
+	t.Cleanup(lift)
+	return lift
+}
+
+// TestReleaseOnMastersOutOfMemory: masters out of memory refuse SET, but
+// not GET, DEL nor PEXPIRE. An extend passes. Without fencing a release
+// deletes the lock; with fencing, where deleting would lose the counter,
+// each master replies its refusal, and the release, retried in the
+// background, frees the lock once memory is back.
+func TestReleaseOnMastersOutOfMemory(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			cl := integration.NewCluster(t, 3)
+			ctx := context.Background()
+			c := newClient(t, cl, &redlock.Options{MasterTimeout: slack, NoFencing: !fenced})
+			l, err := c.Acquire(ctx, "job", time.Minute)
+			require.NoError(t, err)
+			lift := outOfMemory(t, cl)
+			require.NoError(t, l.Extend(ctx, time.Minute), "an extend passes on a master out of memory")
+
+			err = l.Release(ctx)
+			if !fenced {
+				require.NoError(t, err)
+				for i := range cl.Masters {
+					assert.Zero(t, cl.Admin(i).Exists(ctx, "{job}").Val(), "master %d still holds the lock", i)
+				}
+				return
+			}
+			require.ErrorIs(t, err, redlock.ErrNotHeld)
+			assert.ErrorContains(t, err, "OOM")
+			lift()
+			for i := range cl.Masters {
+				require.Eventually(t, func() bool { return isFree(cl.Admin(i).Get(ctx, "{job}").Val()) },
+					10*time.Second, 10*time.Millisecond, "master %d: the release is retried once memory is back", i)
+			}
+		})
+	}
 }
