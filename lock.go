@@ -503,6 +503,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return fmt.Errorf("%w: %s %q: lost before it completed: %w", ErrNotHeld, name, l.key, err)
 	}
 	l.ttl = ttl
+	if l.renew != nil && name != "renew" {
+		l.renew.replanned()
+	}
 	return nil
 }
 

@@ -223,3 +223,25 @@ func TestAutoRenewDuringTheLastReleaseStartsNothing(t *testing.T) {
 	l.mu.Unlock()
 	assert.Nil(t, renew, "no renewal after the last Release")
 }
+
+// TestAutoRenewFollowsAShorterExtend: an Extend to a shorter TTL moves the
+// validity's end closer; the renewal planned for the old TTL must come
+// sooner, or the lock runs out. Timing: the lock is renewed after about
+// 0.7s of the 2s it holds after the Extend, a margin of 1.3s; the renewal
+// planned before it comes after 10s.
+func TestAutoRenewFollowsAShorterExtend(t *testing.T) {
+	c := newFakeClient(t, fakes(3), &Options{MasterTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	l.AutoRenew()
+	// Most likely the renewal plans for 30s meanwhile; either way, it must
+	// come in time.
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, l.Extend(ctx, 2*time.Second))
+	extended := l.Until()
+	require.Eventually(t, func() bool { return l.Until().After(extended) }, 5*time.Second, 10*time.Millisecond,
+		"renewed after the Extend")
+	require.True(t, l.Held(), "%v", l.Err())
+	require.NoError(t, l.Release(ctx))
+}

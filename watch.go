@@ -143,6 +143,16 @@ func (l *Lock) Context() context.Context { return l.signal().ctx }
 type renewal struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	replan chan struct{} // cap 1: an Extend changed the lock's TTL
+}
+
+// replanned tells the renewal that an Extend changed the lock's TTL and
+// validity, which may now call for a renewal sooner. It does not block.
+func (r *renewal) replanned() {
+	select {
+	case r.replan <- struct{}{}:
+	default:
+	}
 }
 
 func (r *renewal) stop() {
@@ -151,8 +161,8 @@ func (r *renewal) stop() {
 }
 
 // AutoRenew keeps the lock held until its last Release: it extends the lock
-// by its current TTL over the quorum after about a third of the TTL, and
-// retries sooner after a failure. A failure on a minority of masters does
+// by its current TTL (the last Extend's, if any) over the quorum once about
+// a third of it has passed, and retries sooner after a failure. A failure on a minority of masters does
 // not matter (the quorum still extends). If renewal cannot reach a quorum
 // before the validity would run out, the lock is lost: Done closes, with
 // the last renewal error in Err. The last Release, and Client.Close, stop
@@ -178,7 +188,7 @@ func (l *Lock) startRenewal() {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &renewal{cancel: cancel, done: make(chan struct{})}
+	r := &renewal{cancel: cancel, done: make(chan struct{}), replan: make(chan struct{}, 1)}
 	l.renew = r
 	go l.renewLoop(ctx, r)
 }
@@ -196,6 +206,9 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			return
 		case <-l.Done():
 			return
+		case <-r.replan:
+			timer.Reset(max(time.Until(l.Until())-2*l.currentTTL()/3, 0))
+			continue
 		case <-timer.C:
 		}
 		ttl = l.currentTTL() // an Extend may have changed it
