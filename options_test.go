@@ -138,6 +138,8 @@ func TestLockOptionsThatCannotWorkAreRejected(t *testing.T) {
 		{"negative WriteWait", rwmutex.Options{WriteWait: -time.Second}, "rwmutex.Options.WriteWait -1s: must be at least 1ms"},
 		{"retries that let the marker lapse", rwmutex.Options{WriteWait: 100 * time.Millisecond},
 			"rwmutex.Options.MaxRetryDelay 200ms: must be less than half of WriteWait (100ms)"},
+		{"half of WriteWait as kept, in whole milliseconds", rwmutex.Options{WriteWait: 2900 * time.Microsecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 1400 * time.Microsecond},
+			"rwmutex.Options.MaxRetryDelay 1.4ms: must be less than half of WriteWait (2.9ms, kept as 2ms)"},
 	} {
 		_, err := rwmutex.New(c, "k", &tc.opts)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument, tc.name)

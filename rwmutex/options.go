@@ -29,7 +29,9 @@ type Options struct {
 	// WriteWait is how long a writer that waits for readers keeps new
 	// readers out after each of its attempts, so that a stream of readers
 	// cannot starve it; Lock retries well within it. It is kept in whole
-	// milliseconds and must be at least 1ms. Default: 1s.
+	// milliseconds and must be at least 1ms. Each attempt's round, up to
+	// the client's MasterTimeout, comes on top of the retry delay: keep
+	// MaxRetryDelay plus twice MasterTimeout under WriteWait. Default: 1s.
 	WriteWait time.Duration
 }
 

@@ -58,15 +58,20 @@ func New(client *redlock.Client, key string, opts *Options) (*RWMutex, error) {
 	if ww == 0 {
 		ww = DefaultWriteWait
 	}
-	switch {
-	case ww < time.Millisecond:
+	if ww < time.Millisecond {
 		return nil, fmt.Errorf("%w: rwmutex.Options.WriteWait %v: must be at least 1ms (it is kept in whole milliseconds, and 0 would let readers starve writers)",
 			redlock.ErrInvalidArgument, ww)
-	case o.MaxRetryDelay >= ww/2:
-		return nil, fmt.Errorf("%w: rwmutex.Options.MaxRetryDelay %v: must be less than half of WriteWait (%v), or a waiting writer's marker lapses between its attempts; lower it, or raise WriteWait above %v",
-			redlock.ErrInvalidArgument, o.MaxRetryDelay, ww, 2*o.MaxRetryDelay)
 	}
-	return &RWMutex{client: client, key: key, opts: o, writeWait: ww.Truncate(time.Millisecond)}, nil
+	kept := ww.Truncate(time.Millisecond) // as the masters keep it
+	if o.MaxRetryDelay >= kept/2 {
+		given := fmt.Sprint(ww)
+		if kept != ww {
+			given += ", kept as " + kept.String()
+		}
+		return nil, fmt.Errorf("%w: rwmutex.Options.MaxRetryDelay %v: must be less than half of WriteWait (%s), or a waiting writer's marker lapses between its attempts; lower it, or raise WriteWait above %v",
+			redlock.ErrInvalidArgument, o.MaxRetryDelay, given, 2*o.MaxRetryDelay)
+	}
+	return &RWMutex{client: client, key: key, opts: o, writeWait: kept}, nil
 }
 
 // RLock adds a read hold for owner. It re-enters at once if owner already
