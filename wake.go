@@ -9,10 +9,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// subscriber is what a master's client needs for wake-on-release; every
-// go-redis client has it.
+// subscriber is what a go-redis master's client has for wake-on-release.
 type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// ChannelSubscriber is a master's client, other than a go-redis client,
+// that can subscribe to a channel, so that its waiters are woken by
+// releases (wake-on-release; see package rueidisadapter). A master's
+// client that is neither leaves its waiters to retry on their timers.
+type ChannelSubscriber interface {
+	// FollowChannel calls message with the payload of each message
+	// published on channel, and subscribed each time the server confirms
+	// the subscription (again after a reconnect), until ctx ends. It
+	// blocks until then, resubscribing as needed, and calls neither
+	// function after it returns. Both must not block; message may be
+	// called while subscribed runs, and the other way round.
+	FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string))
 }
 
 // waker is woken when the lock it watches is released on a master, so that
@@ -94,16 +107,19 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 		// to the bound of a call decided without it.
 		w = &watch{window: lateCallFactor * c.masterTimeout}
 		ctx, w.cancel = context.WithCancel(context.Background())
-		var subs []subscriber
+		var follows []func()
 		for i := range c.nodes {
-			if s, ok := c.nodes[i].client.(subscriber); ok {
-				subs = append(subs, s)
+			switch s := c.nodes[i].client.(type) {
+			case subscriber:
+				follows = append(follows, func() { w.follow(ctx, s, channel) })
+			case ChannelSubscriber:
+				confirm := sync.OnceFunc(w.confirm)
+				follows = append(follows, func() { s.FollowChannel(ctx, channel, confirm, w.wake) })
 			}
 		}
-		w.subscribers = len(subs) // before any follow reads it
-		for _, s := range subs {
-			w.done.Add(1)
-			go w.follow(ctx, s, channel)
+		w.subscribers = len(follows) // before any follow reads it
+		for _, f := range follows {
+			w.done.Go(f)
 		}
 		c.watches[channel] = w
 	}
@@ -242,10 +258,10 @@ func (w *watch) close() {
 	w.done.Wait()
 }
 
-// follow subscribes to one master, in the background as a master may be
-// slow to dial, and wakes waiters on its messages until the watch closes.
+// follow subscribes to one go-redis master, in the background as a master
+// may be slow to dial, and wakes waiters on its messages until the watch
+// closes.
 func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
-	defer w.done.Done()
 	ps := s.Subscribe(ctx, channel)
 	w.mu.Lock()
 	if w.closed {
@@ -260,15 +276,20 @@ func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 	// error (a master down) leaves the watch unconfirmed; Channel goes on
 	// reconnecting.
 	if _, err := ps.Receive(ctx); err == nil {
-		w.mu.Lock()
-		if w.confirmed++; w.confirmed == w.subscribers {
-			w.ready = time.Now()
-		}
-		w.mu.Unlock()
+		w.confirm()
 	}
 	for m := range ps.Channel() {
 		w.wake(m.Payload)
 	}
+}
+
+// confirm counts the first confirmation of one master's subscription.
+func (w *watch) confirm() {
+	w.mu.Lock()
+	if w.confirmed++; w.confirmed == w.subscribers {
+		w.ready = time.Now()
+	}
+	w.mu.Unlock()
 }
 
 // wake signals every all-waker and the next one-waker, then rotates it to

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/mutex"
 	"github.com/go-redlock/redlock/rueidisadapter"
 )
 
@@ -119,4 +120,51 @@ func TestRueidisScriptCommands(t *testing.T) {
 	assert.ErrorIs(t, s.Eval(ctx, "return nil", nil).Err(), redis.Nil)
 	err = s.EvalSha(ctx, "0000000000000000000000000000000000000000", nil).Err()
 	assert.True(t, redis.HasErrorPrefix(err, "NOSCRIPT"), "%v", err)
+}
+
+var _ redlock.ChannelSubscriber = (*rueidisadapter.Scripter)(nil)
+
+// TestRueidisWaitersAreWokenByReleases: a Mutex waiter on rueidis masters
+// is woken by the holder's release, through the adapter's subscriptions,
+// and the subscriptions end once no one waits. Timing: the waiter's timer
+// waits at least 2.5s (MinRetryDelay 5s, drawn from its upper half); the
+// wake-up must come within 2s of the release, which takes milliseconds.
+func TestRueidisWaitersAreWokenByReleases(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs last: after the clients are closed
+	cl := integration.NewCluster(t, 3)
+	holder, waiter := newRueidisClient(t, cl), newRueidisClient(t, cl)
+	ctx := context.Background()
+	l, err := holder.Acquire(ctx, "job", 10*time.Second)
+	require.NoError(t, err)
+	m, err := mutex.New(waiter, "job", &mutex.Options{MinRetryDelay: 5 * time.Second, MaxRetryDelay: 10 * time.Second})
+	require.NoError(t, err)
+	locked := make(chan time.Time, 1)
+	go func() {
+		if err := m.Lock(ctx); assert.NoError(t, err) {
+			locked <- time.Now()
+		}
+	}()
+	subscribers := func() (n int64) {
+		for i := range cl.Masters {
+			subs, err := cl.Admin(i).PubSubNumSub(ctx, "{job}").Result()
+			require.NoError(t, err)
+			n += subs["{job}"]
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return subscribers() == 3 }, 10*time.Second, 5*time.Millisecond,
+		"the waiter subscribed on every master")
+
+	released := time.Now()
+	require.NoError(t, l.Release(ctx))
+	select {
+	case at := <-locked:
+		assert.Less(t, at.Sub(released), 2*time.Second, "woken by the release, not by its timer")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+	require.NoError(t, m.Unlock(ctx))
+	require.Eventually(t, func() bool { return subscribers() == 0 }, 15*time.Second, 10*time.Millisecond,
+		"the subscriptions end once no one waits")
 }

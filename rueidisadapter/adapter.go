@@ -8,23 +8,25 @@
 //
 // redlock identifies go-redis masters (INFO) to refuse two masters that are
 // one server, or a replica; it cannot do so through this adapter: run
-// Client.Verify's checks yourself, or give each master once. Nor can it
-// subscribe through it: the waiters of mutex and rwmutex on rueidis masters
-// are not woken by releases (wake-on-release), and retry on their timers
-// (mutex.Options.MinRetryDelay, doubling up to MaxRetryDelay).
+// Client.Verify's checks yourself, or give each master once. The waiters of
+// mutex and rwmutex are woken by releases through the client's own
+// subscriptions (see Scripter.FollowChannel).
 package rueidisadapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
-// Scripter runs redlock's scripts on one rueidis client. It is safe for
-// concurrent use, as the client is.
+// Scripter runs redlock's scripts on one rueidis client, and is a
+// redlock.ChannelSubscriber. It is safe for concurrent use, as the client
+// is.
 type Scripter struct {
 	client rueidis.Client
 }
@@ -75,6 +77,55 @@ func (s *Scripter) ScriptExists(ctx context.Context, hashes ...string) *redis.Bo
 func (s *Scripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 	sha, err := s.client.Do(ctx, s.client.B().ScriptLoad().Script(script).Build()).ToString()
 	return redis.NewStringResult(sha, convert(err))
+}
+
+// Bounds of FollowChannel's waits: between two failed subscriptions, which
+// double from the first to the second, and for the UNSUBSCRIBE that ends
+// one.
+const (
+	minResubscribeDelay = 50 * time.Millisecond
+	maxResubscribeDelay = 2 * time.Second
+	unsubscribeTimeout  = time.Second
+)
+
+// FollowChannel subscribes to channel, for redlock's wake-on-release (see
+// redlock.ChannelSubscriber), and blocks until ctx ends. rueidis
+// resubscribes after a reconnect; where the subscription fails or ends
+// otherwise, FollowChannel subscribes again after a delay that doubles from
+// 50ms up to 2s. When ctx ends it unsubscribes the client's connection from
+// channel, which also ends another subscription to channel on the same
+// rueidis client (a second redlock.Client on it); that one subscribes
+// again after the delay, and its waiters' timers cover the gap.
+func (s *Scripter) FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string)) {
+	ctx = rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
+		if p.Kind == "subscribe" && p.Channel == channel {
+			subscribed()
+		}
+	})
+	ctx = rueidis.WithOnReceiveReturnHook(ctx, func(err error, c rueidis.CommandClient) error {
+		if ctx.Err() != nil { // leaving: the server would go on sending
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsubscribeTimeout)
+			defer cancel()
+			_ = c.Do(uctx, c.B().Unsubscribe().Channel(channel).Build()).Error()
+		}
+		return err
+	})
+	delay := minResubscribeDelay
+	for {
+		err := s.client.Receive(ctx, s.client.B().Subscribe().Channel(channel).Build(),
+			func(m rueidis.PubSubMessage) { message(m.Message) })
+		if ctx.Err() != nil || errors.Is(err, rueidis.ErrClosing) {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, maxResubscribeDelay)
+	}
 }
 
 // do runs a script command; its reply is an integer or a string (redlock's
