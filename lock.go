@@ -461,7 +461,7 @@ func (l *Lock) checkHeld(op string) error {
 // allowance (earlier than before if ttl is shorter). If the lock's
 // validity has already run out, Extend writes nothing and returns
 // ErrNotHeld. Otherwise it fails with a *QuorumError wrapping ErrNotHeld,
-// and Until is unchanged.
+// and Until is unchanged; once Client.Close has begun, with ErrClosed.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
 // any Reenter, Release or renewal of the same Lock under way.
