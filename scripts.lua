@@ -317,14 +317,14 @@ end
 -- otherwise is put back, TTL and all.
 local free = 'f:' .. ARGV[4]
 local old = redis.pcall('SET', KEYS[1], free, 'KEEPTTL', 'GET')
--- A master out of memory refuses the SET, not a GET nor a DEL. Without
--- fencing there is no counter to keep, and the lock is deleted; with it, a
--- DEL would lose the counter, and later tokens could be smaller: the
--- refusal is the reply, and the lock expires there.
-local full = type(old) == 'table' and not old.err:find('WRONGTYPE', 1, true)
-if full then
+-- A master out of memory refuses the SET, not a GET nor a DEL. Where the
+-- lock keeps no counter (token "0") it is deleted; elsewhere a DEL would
+-- lose the counter, and later tokens could be smaller: the refusal is the
+-- reply, and the lock expires there.
+local refusal
+if type(old) == 'table' and not old.err:find('WRONGTYPE', 1, true) then
   if ARGV[4] ~= '0' then return old end
-  old = redis.call('GET', KEYS[1])
+  refusal, old = old, redis.call('GET', KEYS[1])
 end
 if type(old) == 'table' then -- a key of another type, left as it was
   mark()
@@ -337,7 +337,7 @@ local token, waited, holder = ARGV[4], '0', me
 if old ~= valueOf('1', token, waited, me) then token, waited, holder = select(2, parse(old)) end
 if holder ~= me then
   local counter = counterOf(old)
-  if full then -- nothing was written
+  if refusal then -- nothing was written
   elseif not old then
     redis.call('DEL', KEYS[1])
   elseif not counter or less(ARGV[4], counter) then
@@ -346,8 +346,10 @@ if holder ~= me then
   mark()
   return 0
 end
-if token == '0' or full then
+if token == '0' then
   redis.call('DEL', KEYS[1])
+elseif refusal then -- a counter a fenced client left
+  return refusal
 elseif less(ARGV[4], token) then
   redis.call('SET', KEYS[1], 'f:' .. token, 'KEEPTTL')
 end

@@ -501,23 +501,36 @@ func outOfMemory(t *testing.T, cl *integration.Cluster) (lift func()) {
 }
 
 // TestReleaseOnMastersOutOfMemory: masters out of memory refuse SET, but
-// not GET, DEL nor PEXPIRE. An extend passes. Without fencing a release
-// deletes the lock; with fencing, where deleting would lose the counter,
-// each master replies its refusal, and the release, retried in the
-// background, frees the lock once memory is back.
+// not GET, DEL nor PEXPIRE. An extend passes. A release deletes a lock that
+// keeps no fencing counter; where deleting would lose a counter (a fenced
+// lock, or one without fencing over a counter that a fenced client left),
+// each master replies its refusal instead, and the release, retried in the
+// background, frees the lock once memory is back, counter kept.
 func TestReleaseOnMastersOutOfMemory(t *testing.T) {
-	for _, fenced := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		fenced, overCounter bool
+	}{
+		{"no fencing", false, false},
+		{"fenced", true, false},
+		{"no fencing over a fenced client's counter", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			cl := integration.NewCluster(t, 3)
 			ctx := context.Background()
-			c := newClient(t, cl, &redlock.Options{MasterTimeout: slack, NoFencing: !fenced})
+			if tc.overCounter {
+				l, err := newClient(t, cl, &redlock.Options{MasterTimeout: slack}).Acquire(ctx, "job", time.Minute)
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx))
+			}
+			c := newClient(t, cl, &redlock.Options{MasterTimeout: slack, NoFencing: !tc.fenced})
 			l, err := c.Acquire(ctx, "job", time.Minute)
 			require.NoError(t, err)
 			lift := outOfMemory(t, cl)
 			require.NoError(t, l.Extend(ctx, time.Minute), "an extend passes on a master out of memory")
 
 			err = l.Release(ctx)
-			if !fenced {
+			if !tc.fenced && !tc.overCounter {
 				require.NoError(t, err)
 				for i := range cl.Masters {
 					assert.Zero(t, cl.Admin(i).Exists(ctx, "{job}").Val(), "master %d still holds the lock", i)
@@ -529,7 +542,7 @@ func TestReleaseOnMastersOutOfMemory(t *testing.T) {
 			lift()
 			for i := range cl.Masters {
 				require.Eventually(t, func() bool { return isFree(cl.Admin(i).Get(ctx, "{job}").Val()) },
-					10*time.Second, 10*time.Millisecond, "master %d: the release is retried once memory is back", i)
+					10*time.Second, 10*time.Millisecond, "master %d: the release is retried once memory is back, counter kept", i)
 			}
 		})
 	}
