@@ -391,7 +391,8 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // client's timeouts if it ignores contexts), so Close blocks for about
 // 8*MasterTimeout at most, unless a release subscription is reconnecting
 // to a master that does not answer: go-redis then holds it for up to its
-// client's DialTimeout and ReadTimeout. Keys it gave up on expire with
+// client's DialTimeout and ReadTimeout (rueidisadapter for up to 100ms, its
+// bound for an UNSUBSCRIBE). Keys it gave up on expire with
 // their TTL. Nothing is left running afterwards.
 // Later operations return ErrClosed; calling Close again waits the same
 // way. Close does not close the go-redis clients.

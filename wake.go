@@ -24,7 +24,8 @@ type ChannelSubscriber interface {
 	// the subscription (again after a reconnect), until ctx ends. It
 	// blocks until then, resubscribing as needed, and calls neither
 	// function after it returns. Both must not block; message may be
-	// called while subscribed runs, and the other way round.
+	// called while subscribed runs, and the other way round. It must
+	// return soon after ctx ends: Client.Close waits for it.
 	FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string))
 }
 
@@ -240,13 +241,23 @@ func (c *Client) closeWatches() {
 		}
 	}
 	c.watchMu.Unlock()
+	for _, w := range ws { // all at once: a master that does not answer holds each
+		w.end()
+	}
 	for _, w := range ws {
-		w.close()
+		w.done.Wait()
 	}
 	c.unwatching.Wait()
 }
 
+// close ends the watch's subscriptions and waits for them.
 func (w *watch) close() {
+	w.end()
+	w.done.Wait()
+}
+
+// end ends the watch's subscriptions without waiting for them.
+func (w *watch) end() {
 	w.mu.Lock()
 	w.closed = true
 	subs := w.subs
@@ -255,7 +266,6 @@ func (w *watch) close() {
 	for _, ps := range subs {
 		_ = ps.Close()
 	}
-	w.done.Wait()
 }
 
 // follow subscribes to one go-redis master, in the background as a master

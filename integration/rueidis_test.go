@@ -168,3 +168,41 @@ func TestRueidisWaitersAreWokenByReleases(t *testing.T) {
 	require.Eventually(t, func() bool { return subscribers() == 0 }, 15*time.Second, 10*time.Millisecond,
 		"the subscriptions end once no one waits")
 }
+
+// TestCloseIsBoundedWithAPausedRueidisMaster: Close ends the subscriptions
+// of a waiter on rueidis masters, one of them paused, within its bound:
+// about 8*MasterTimeout, plus 100ms for the UNSUBSCRIBE the paused master
+// does not answer (260ms here). Asserted with a margin of 440ms: 700ms.
+func TestCloseIsBoundedWithAPausedRueidisMaster(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	var masters []redis.Scripter
+	for _, addr := range cl.Addrs() {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
+		require.NoError(t, err)
+		t.Cleanup(rc.Close)
+		masters = append(masters, rueidisadapter.New(rc))
+	}
+	mt := 20 * time.Millisecond
+	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: mt})
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := newClient(t, cl, nil).Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	m, err := mutex.New(c, "job", &mutex.Options{MinRetryDelay: 5 * time.Second, MaxRetryDelay: 10 * time.Second})
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() { waited <- m.Lock(ctx) }()
+	require.Eventually(t, func() bool {
+		subs, err := cl.Admin(0).PubSubNumSub(ctx, "{job}").Result()
+		return err == nil && subs["{job}"] == 1
+	}, 10*time.Second, 5*time.Millisecond, "the waiter subscribed on master 0")
+	require.NoError(t, cl.Masters[0].Pause(ctx))
+	t.Cleanup(func() { _ = cl.Masters[0].Resume(ctx) })
+
+	start := time.Now()
+	require.NoError(t, c.Close())
+	assert.Less(t, time.Since(start), 700*time.Millisecond)
+	require.ErrorIs(t, <-waited, redlock.ErrClosed)
+	require.NoError(t, cl.Masters[0].Resume(ctx))
+	require.NoError(t, l.Release(ctx))
+}

@@ -6,11 +6,11 @@
 //	...
 //	client, err := redlock.New([]redis.Scripter{rueidisadapter.New(c), ...}, nil)
 //
-// redlock identifies go-redis masters (INFO) to refuse two masters that are
-// one server, or a replica; it cannot do so through this adapter: run
-// Client.Verify's checks yourself, or give each master once. The waiters of
-// mutex and rwmutex are woken by releases through the client's own
-// subscriptions (see Scripter.FollowChannel).
+// redlock identifies go-redis masters (INFO) to count two masters that are
+// one server once, and a replica not at all; it cannot do so through this
+// adapter: run Client.Verify's checks yourself, or give each master once.
+// The waiters of mutex and rwmutex are woken by releases through the
+// client's own subscriptions (see Scripter.FollowChannel).
 package rueidisadapter
 
 import (
@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,26 +80,30 @@ func (s *Scripter) ScriptLoad(ctx context.Context, script string) *redis.StringC
 	return redis.NewStringResult(sha, convert(err))
 }
 
-// Bounds of FollowChannel's waits: between two failed subscriptions, which
-// double from the first to the second, and for the UNSUBSCRIBE that ends
-// one.
+// Bounds of FollowChannel's waits: between two subscriptions that failed,
+// which double from the first to the second, and for the UNSUBSCRIBE that
+// ends one (redlock.Client.Close waits for it).
 const (
 	minResubscribeDelay = 50 * time.Millisecond
 	maxResubscribeDelay = 2 * time.Second
-	unsubscribeTimeout  = time.Second
+	unsubscribeTimeout  = 100 * time.Millisecond
 )
 
 // FollowChannel subscribes to channel, for redlock's wake-on-release (see
 // redlock.ChannelSubscriber), and blocks until ctx ends. rueidis
 // resubscribes after a reconnect; where the subscription fails or ends
-// otherwise, FollowChannel subscribes again after a delay that doubles from
-// 50ms up to 2s. When ctx ends it unsubscribes the client's connection from
-// channel, which also ends another subscription to channel on the same
-// rueidis client (a second redlock.Client on it); that one subscribes
-// again after the delay, and its waiters' timers cover the gap.
+// otherwise, FollowChannel subscribes again after a delay: 50ms after a
+// subscription that was confirmed, doubling up to 2s while none is. When
+// ctx ends it unsubscribes the client's connection from channel (waiting
+// up to 100ms for the reply), which also ends another subscription to
+// channel on the same rueidis client (of a second redlock.Client, or of
+// the next watch of the same one); that one subscribes again after 50ms,
+// and its waiters' timers cover the gap.
 func (s *Scripter) FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string)) {
+	var up atomic.Bool // the last subscription was confirmed
 	ctx = rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
 		if p.Kind == "subscribe" && p.Channel == channel {
+			up.Store(true)
 			subscribed()
 		}
 	})
@@ -112,10 +117,14 @@ func (s *Scripter) FollowChannel(ctx context.Context, channel string, subscribed
 	})
 	delay := minResubscribeDelay
 	for {
+		up.Store(false)
 		err := s.client.Receive(ctx, s.client.B().Subscribe().Channel(channel).Build(),
 			func(m rueidis.PubSubMessage) { message(m.Message) })
 		if ctx.Err() != nil || errors.Is(err, rueidis.ErrClosing) {
 			return
+		}
+		if up.Load() {
+			delay = minResubscribeDelay
 		}
 		t := time.NewTimer(delay)
 		select {
