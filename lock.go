@@ -484,6 +484,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	if err := l.checkHeld(name); err != nil {
 		return err
 	}
+	if name == "renew" {
+		ttl = l.ttl // an Extend may have changed it since the renewal read it
+	}
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{

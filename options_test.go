@@ -139,7 +139,7 @@ func TestLockOptionsThatCannotWorkAreRejected(t *testing.T) {
 		{"retries that let the marker lapse", rwmutex.Options{WriteWait: 100 * time.Millisecond},
 			"rwmutex.Options.MaxRetryDelay 200ms: must be less than half of WriteWait (100ms)"},
 		{"half of WriteWait as kept, in whole milliseconds", rwmutex.Options{WriteWait: 2900 * time.Microsecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 1400 * time.Microsecond},
-			"rwmutex.Options.MaxRetryDelay 1.4ms: must be less than half of WriteWait (2.9ms, kept as 2ms)"},
+			"rwmutex.Options.MaxRetryDelay 1.4ms: must be less than half of WriteWait (2.9ms, kept as 2ms), or a waiting writer's marker lapses between its attempts; lower it, or raise WriteWait to 3ms or more"},
 	} {
 		_, err := rwmutex.New(c, "k", &tc.opts)
 		require.ErrorIs(t, err, redlock.ErrInvalidArgument, tc.name)

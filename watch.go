@@ -211,7 +211,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			continue
 		case <-timer.C:
 		}
-		ttl = l.currentTTL() // an Extend may have changed it
+		ttl = l.currentTTL() // an Extend may have changed it (extend reads it again)
 		retry := max(ttl/10, l.client.masterTimeout)
 		err := l.extend(ctx, ttl, "renew")
 		switch {

@@ -68,8 +68,8 @@ func New(client *redlock.Client, key string, opts *Options) (*RWMutex, error) {
 		if kept != ww {
 			given += ", kept as " + kept.String()
 		}
-		return nil, fmt.Errorf("%w: rwmutex.Options.MaxRetryDelay %v: must be less than half of WriteWait (%s), or a waiting writer's marker lapses between its attempts; lower it, or raise WriteWait above %v",
-			redlock.ErrInvalidArgument, o.MaxRetryDelay, given, 2*o.MaxRetryDelay)
+		return nil, fmt.Errorf("%w: rwmutex.Options.MaxRetryDelay %v: must be less than half of WriteWait (%s), or a waiting writer's marker lapses between its attempts; lower it, or raise WriteWait to %v or more",
+			redlock.ErrInvalidArgument, o.MaxRetryDelay, given, (2*o.MaxRetryDelay).Truncate(time.Millisecond)+time.Millisecond)
 	}
 	return &RWMutex{client: client, key: key, opts: o, writeWait: kept}, nil
 }
