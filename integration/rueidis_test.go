@@ -25,6 +25,16 @@ import (
 // rueidis clients, all closed when the test ends.
 func newRueidisClient(t *testing.T, cl *integration.Cluster) *redlock.Client {
 	t.Helper()
+	c, err := redlock.New(rueidisMasters(t, cl), &redlock.Options{MasterTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	return c
+}
+
+// rueidisMasters returns a rueidis client of each of the cluster's masters,
+// through the adapter, closed when the test ends.
+func rueidisMasters(t *testing.T, cl *integration.Cluster) []redis.Scripter {
+	t.Helper()
 	var masters []redis.Scripter
 	for _, addr := range cl.Addrs() {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
@@ -32,10 +42,7 @@ func newRueidisClient(t *testing.T, cl *integration.Cluster) *redlock.Client {
 		t.Cleanup(rc.Close)
 		masters = append(masters, rueidisadapter.New(rc))
 	}
-	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, c.Close()) })
-	return c
+	return masters
 }
 
 func TestLockThroughRueidis(t *testing.T) {
@@ -175,15 +182,8 @@ func TestRueidisWaitersAreWokenByReleases(t *testing.T) {
 // does not answer (260ms here). Asserted with a margin of 440ms: 700ms.
 func TestCloseIsBoundedWithAPausedRueidisMaster(t *testing.T) {
 	cl := integration.NewCluster(t, 3)
-	var masters []redis.Scripter
-	for _, addr := range cl.Addrs() {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
-		require.NoError(t, err)
-		t.Cleanup(rc.Close)
-		masters = append(masters, rueidisadapter.New(rc))
-	}
 	mt := 20 * time.Millisecond
-	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: mt})
+	c, err := redlock.New(rueidisMasters(t, cl), &redlock.Options{MasterTimeout: mt})
 	require.NoError(t, err)
 	ctx := context.Background()
 	l, err := newClient(t, cl, nil).Acquire(ctx, "job", time.Minute)
