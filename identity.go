@@ -24,12 +24,12 @@ var (
 	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
 )
 
-// SameServerError means two masters agreed in one round and answered with
-// the same run_id: they are one redis-server (two databases of it, or two
-// addresses of it), and only one of them counts toward a quorum, the one
-// the round heard from first. It is the error of the other one; its text
-// names the one that counted. Where only one of them agreed, that one
-// counts. It matches ErrSameServer.
+// SameServerError means two masters answered with the same run_id: they
+// are one redis-server (two databases of it, or two addresses of it). In a
+// round where both agreed, only the one heard from first counts toward the
+// quorum, and this is the other one's error (where only one of them agreed,
+// that one counts); Verify reports it for the later of the two. Its text
+// names the other master. It matches ErrSameServer.
 type SameServerError struct {
 	First, Second         int    // positions in the masters given to New; First < Second
 	FirstName, SecondName string // their names, as in MasterResult.Master
