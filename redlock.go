@@ -392,7 +392,8 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // 8*MasterTimeout at most, unless a release subscription is reconnecting
 // to a master that does not answer: go-redis then holds it for up to its
 // client's DialTimeout and ReadTimeout (rueidisadapter for up to 100ms, its
-// bound for an UNSUBSCRIBE). Keys it gave up on expire with
+// bound for an UNSUBSCRIBE, or while its rueidis client dials that master,
+// up to the client's Dialer.Timeout). Keys it gave up on expire with
 // their TTL. Nothing is left running afterwards.
 // Later operations return ErrClosed; calling Close again waits the same
 // way. Close does not close the go-redis clients.

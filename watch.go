@@ -211,9 +211,9 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			continue
 		case <-timer.C:
 		}
-		ttl = l.currentTTL() // an Extend may have changed it (extend reads it again)
+		err := l.extend(ctx, l.currentTTL(), "renew")
+		ttl = l.currentTTL() // what extend used: an Extend may have changed it
 		retry := max(ttl/10, l.client.masterTimeout)
-		err := l.extend(ctx, ttl, "renew")
 		switch {
 		case err == nil:
 			l.observe(ctx, EventRenewed, nil)

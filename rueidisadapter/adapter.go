@@ -98,7 +98,10 @@ const (
 // up to 100ms for the reply), which also ends another subscription to
 // channel on the same rueidis client (of a second redlock.Client, or of
 // the next watch of the same one); that one subscribes again after 50ms,
-// and its waiters' timers cover the gap.
+// and its waiters' timers cover the gap. While the UNSUBSCRIBE is under
+// way, more than 16 messages on channel (a burst of releases of a hot
+// lock) hold up the connection's other replies until it is answered, up to
+// 100ms; rueidis, not the adapter, then waits for the late reply.
 func (s *Scripter) FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string)) {
 	var up atomic.Bool // the last subscription was confirmed
 	ctx = rueidis.WithOnSubscriptionHook(ctx, func(p rueidis.PubSubSubscription) {
