@@ -65,7 +65,10 @@ func TestPipelineWithdraw(t *testing.T) {
 	for range 2 {
 		assert.NoError(t, (<-results).err)
 	}
-	// The master is idle: a call of the same group goes out.
+	// The master is idle once the sender has ended its last batch (which
+	// may take a while after its replies on a busy machine): a call of the
+	// same group goes out.
+	poll(t, 5*time.Second, "idle", func() bool { return !sending(p) })
 	_, err = goWait(t.Context(), p, incrScript, NewKeys("a4"), Options{Group: groupA, Unsent: &unsentA, Index: 4})
 	assert.NoError(t, err)
 	assert.Equal(t, int64(1), getInt(t, admin, "a4"))
@@ -119,3 +122,15 @@ func TestPipelineKeptCallSkipped(t *testing.T) {
 type skipper func(int) bool
 
 func (s skipper) Skip(i int) bool { return s(i) }
+
+// sending reports whether a lane of p has a call or batch in flight.
+func sending(p *Pipeline) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.lanes {
+		if p.lanes[i].sending {
+			return true
+		}
+	}
+	return false
+}
