@@ -175,7 +175,14 @@ func TestFenceKeysExpire(t *testing.T) {
 			continue // expired already on a slow machine
 		}
 		require.NoError(t, err)
-		assert.Equal(t, "f:"+strconv.FormatUint(l.Token(), 10), v, "master %d", i)
+		// The lock's token, or a larger one that a master agreeing after
+		// the decision handed out (a proposal that came late is raised into
+		// the master's clock window).
+		counter, ok := strings.CutPrefix(v, "f:")
+		require.True(t, ok, "master %d holds %q, not a free lock", i, v)
+		n, err := strconv.ParseUint(counter, 10, 64)
+		require.NoError(t, err, "master %d", i)
+		assert.GreaterOrEqual(t, n, l.Token(), "master %d", i)
 		pttl, err := cl.Admin(i).PTTL(ctx, "{once}").Result()
 		require.NoError(t, err)
 		assert.True(t, pttl == -2 || pttl > 0 && pttl <= ttl, "the counter on master %d expires in %v", i, pttl)
