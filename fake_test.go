@@ -103,7 +103,7 @@ func (f *fakeMaster) run(ctx context.Context, name string, keys []string, args [
 	switch {
 	case name == "acquire" && ours:
 		return redis.NewCmdResult(f.tokens[key], nil)
-	case name == "acquire" && !held:
+	case name == "acquire" && !held && n <= 1: // a re-entry never creates a missing key
 		f.data[key], f.nonces[key] = owner, nonce
 		f.tokens[key] = 1
 		if proposal, ok := args[3].(int64); ok { // fencing (see scripts.lua)
