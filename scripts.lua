@@ -322,13 +322,13 @@ local old = redis.pcall('SET', KEYS[1], free, 'KEEPTTL', 'GET')
 -- lose the counter, and later tokens could be smaller: the refusal is the
 -- reply, and the lock expires there.
 local refusal
-if type(old) == 'table' and not old.err:find('WRONGTYPE', 1, true) then
+if type(old) == 'table' then
+  if old.err:find('WRONGTYPE', 1, true) then -- a key of another type, left as it was
+    mark()
+    return 0
+  end
   if ARGV[4] ~= '0' then return old end
   refusal, old = old, redis.call('GET', KEYS[1])
-end
-if type(old) == 'table' then -- a key of another type, left as it was
-  mark()
-  return 0
 end
 -- The usual value, this Lock's one hold with its token and no waiter, needs
 -- no parse: ARGV[4] is decimal, so the value compared is one parse splits

@@ -68,7 +68,7 @@ func TestPipelineWithdraw(t *testing.T) {
 	// The master is idle once the sender has ended its last batch (which
 	// may take a while after its replies on a busy machine): a call of the
 	// same group goes out.
-	poll(t, 5*time.Second, "idle", func() bool { return !sending(p) })
+	poll(t, 5*time.Second, "idle", func() bool { return idle(p) })
 	_, err = goWait(t.Context(), p, incrScript, NewKeys("a4"), Options{Group: groupA, Unsent: &unsentA, Index: 4})
 	assert.NoError(t, err)
 	assert.Equal(t, int64(1), getInt(t, admin, "a4"))
@@ -122,15 +122,3 @@ func TestPipelineKeptCallSkipped(t *testing.T) {
 type skipper func(int) bool
 
 func (s skipper) Skip(i int) bool { return s(i) }
-
-// sending reports whether a lane of p has a call or batch in flight.
-func sending(p *Pipeline) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range p.lanes {
-		if p.lanes[i].sending {
-			return true
-		}
-	}
-	return false
-}
