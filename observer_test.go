@@ -245,3 +245,78 @@ func TestAutoRenewFollowsAShorterExtend(t *testing.T) {
 	require.True(t, l.Held(), "%v", l.Err())
 	require.NoError(t, l.Release(ctx))
 }
+
+// gatedRecorder is a recorder whose first event of kind gate, or first
+// round of op gate's Op, blocks until open is closed, and tells entered
+// when it begins. It records an event when its call ends.
+type gatedRecorder struct {
+	recorder
+	event         EventKind
+	round         string
+	entered, open chan struct{}
+	once          sync.Once
+}
+
+func (g *gatedRecorder) wait() {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.open
+	})
+}
+
+func (g *gatedRecorder) ObserveRound(ctx context.Context, r Round) {
+	if r.Op == g.round {
+		g.wait()
+	}
+	g.recorder.ObserveRound(ctx, r)
+}
+
+func (g *gatedRecorder) ObserveEvent(ctx context.Context, e Event) {
+	if e.Kind == g.event {
+		g.wait()
+	}
+	g.recorder.ObserveEvent(ctx, e)
+}
+
+// TestNoRenewalEventAfterTheLoss: one Lock's events come in order, so a
+// renewal under way when Client.Close ends the lock reports nothing after
+// its EventLost. The renewal is held in its Observer: reporting that it
+// renewed (Close's loss then waits for it), or deciding its round (the
+// loss comes first, and the renewal then fails).
+func TestNoRenewalEventAfterTheLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		gate  gatedRecorder
+		until func(*testing.T, *gatedRecorder)
+	}{
+		{"renewed", gatedRecorder{event: EventRenewed}, func(t *testing.T, g *gatedRecorder) {
+			// A loss reported while the renewal reports comes before it.
+			// The margin: Close's loss is a few microseconds away.
+			time.Sleep(200 * time.Millisecond)
+			assert.NotContains(t, g.kinds(), EventLost, "lost while the renewal reported")
+		}},
+		{"round", gatedRecorder{round: "renew"}, func(t *testing.T, g *gatedRecorder) {
+			require.Eventually(t, func() bool { return slices.Contains(g.kinds(), EventLost) },
+				5*time.Second, time.Millisecond, "Close ends the lock while its renewal is under way")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &tc.gate
+			g.entered, g.open = make(chan struct{}), make(chan struct{})
+			c := newFakeClient(t, fakes(3), &Options{Observer: g, MasterTimeout: 50 * time.Millisecond})
+			l, err := c.Acquire(context.Background(), "k", 600*time.Millisecond) // renewed after 200ms
+			require.NoError(t, err)
+			l.AutoRenew()
+			<-g.entered
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			tc.until(t, g)
+			close(g.open)
+			require.NoError(t, <-closed)
+			kinds := g.kinds()
+			require.Contains(t, kinds, EventLost)
+			assert.Equal(t, EventLost, kinds[len(kinds)-1], "%v", kinds)
+			assert.ErrorIs(t, l.Err(), ErrClosed)
+		})
+	}
+}

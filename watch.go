@@ -216,7 +216,9 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 		retry := max(ttl/10, l.client.masterTimeout)
 		switch {
 		case err == nil:
-			l.observe(ctx, EventRenewed, nil)
+			if !l.observeHeld(ctx, EventRenewed, nil) {
+				return
+			}
 			wait = time.Until(l.Until()) - 2*ttl/3
 		case ctx.Err() != nil:
 			return
@@ -228,11 +230,27 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			l.lose(err)
 			return
 		default:
-			l.observe(ctx, EventRenewalFailed, err)
+			if !l.observeHeld(ctx, EventRenewalFailed, err) {
+				return
+			}
 			wait = retry
 		}
 		timer.Reset(max(wait, 0))
 	}
+}
+
+// observeHeld reports a renewal's event unless the lock was lost
+// meanwhile (Client.Close, or its validity ran out while the renewal was
+// under way), and reports whether it was. Under sigMu, as EventLost is, so
+// that no event of the renewal follows the loss.
+func (l *Lock) observeHeld(ctx context.Context, kind EventKind, err error) bool {
+	l.sigMu.Lock()
+	defer l.sigMu.Unlock()
+	if l.lostErr != nil {
+		return false
+	}
+	l.observe(ctx, kind, err)
+	return true
 }
 
 // currentTTL returns the TTL of the lock's last acquire or extend.
