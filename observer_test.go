@@ -286,23 +286,23 @@ func (g *gatedRecorder) ObserveEvent(ctx context.Context, e Event) {
 func TestNoRenewalEventAfterTheLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		gate  gatedRecorder
+		event EventKind // or
+		round string
 		until func(*testing.T, *gatedRecorder)
 	}{
-		{"renewed", gatedRecorder{event: EventRenewed}, func(t *testing.T, g *gatedRecorder) {
+		{"renewed", EventRenewed, "", func(t *testing.T, g *gatedRecorder) {
 			// A loss reported while the renewal reports comes before it.
 			// The margin: Close's loss is a few microseconds away.
 			time.Sleep(200 * time.Millisecond)
 			assert.NotContains(t, g.kinds(), EventLost, "lost while the renewal reported")
 		}},
-		{"round", gatedRecorder{round: "renew"}, func(t *testing.T, g *gatedRecorder) {
+		{"round", 0, "renew", func(t *testing.T, g *gatedRecorder) {
 			require.Eventually(t, func() bool { return slices.Contains(g.kinds(), EventLost) },
 				5*time.Second, time.Millisecond, "Close ends the lock while its renewal is under way")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := &tc.gate
-			g.entered, g.open = make(chan struct{}), make(chan struct{})
+			g := &gatedRecorder{event: tc.event, round: tc.round, entered: make(chan struct{}), open: make(chan struct{})}
 			c := newFakeClient(t, fakes(3), &Options{Observer: g, MasterTimeout: 50 * time.Millisecond})
 			l, err := c.Acquire(context.Background(), "k", 600*time.Millisecond) // renewed after 200ms
 			require.NoError(t, err)
