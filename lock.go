@@ -32,7 +32,8 @@ type Lock struct {
 		ttl                            time.Duration // the first TTL, of ttlMs
 	}
 	// writeWait > 0: a write lock whose attempts keep new readers out for
-	// that long while readers hold it (see rwmutex.Options.WriteWait).
+	// that long while readers hold it (see rwmutex.Options.WriteWait and
+	// markerTTL).
 	writeWait time.Duration
 
 	mu    sync.Mutex // serializes operations; guards the fields below
@@ -187,7 +188,20 @@ func (l *Lock) args(ttl time.Duration, holds int64) []any {
 // box sets l.boxed; l must not be in use yet.
 func (l *Lock) box() {
 	b := &l.boxed
-	b.value, b.nonce, b.writeWait, b.ttl, b.ttlMs = l.value, l.nonce, l.writeWait.Milliseconds(), l.ttl, l.ttl.Milliseconds()
+	b.value, b.nonce, b.ttl, b.ttlMs = l.value, l.nonce, l.ttl, l.ttl.Milliseconds()
+	b.writeWait = l.markerTTL().Milliseconds()
+}
+
+// markerTTL is how long a waiting writer's attempt keeps new readers out
+// on a master: writeWait from the end of its round, and until its next
+// attempt reaches the master if that comes within writeWait. The round
+// may run on for MasterTimeout after the master set the marker, and the
+// next attempt's call take as long to reach it.
+func (l *Lock) markerTTL() time.Duration {
+	if l.writeWait <= 0 {
+		return 0
+	}
+	return l.writeWait + 2*l.client.masterTimeout
 }
 
 // markArgs returns args with the flag that makes a release leave a marker

@@ -29,9 +29,11 @@ type Options struct {
 	// WriteWait is how long a writer that waits for readers keeps new
 	// readers out after each of its attempts, so that a stream of readers
 	// cannot starve it; Lock retries well within it. It is kept in whole
-	// milliseconds and must be at least 1ms. Each attempt's round, up to
-	// the client's MasterTimeout, comes on top of the retry delay: keep
-	// MaxRetryDelay plus twice MasterTimeout under WriteWait. Default: 1s.
+	// milliseconds and must be at least 1ms. The masters keep each
+	// attempt's marker for twice the client's MasterTimeout longer, the
+	// longest its round and the next attempt's call may add to the retry
+	// delay; so a writer that gives up keeps new readers out for up to
+	// WriteWait plus twice MasterTimeout. Default: 1s.
 	WriteWait time.Duration
 }
 

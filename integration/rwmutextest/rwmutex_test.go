@@ -93,3 +93,29 @@ func TestReadersOfAnotherProcessGetTheirTurn(t *testing.T) {
 	require.Greater(t, w+r, int64(20), "progress")
 	assert.GreaterOrEqual(t, 5*r, w, "the reader locks a fifth as often as the writers at least")
 }
+
+// TestWriteWaitCoversTheRounds: a waiting writer's marker outlives
+// WriteWait by twice MasterTimeout on the masters, so that a round as slow
+// as MasterTimeout, and the next attempt's call, do not let it lapse
+// between attempts. Timing: the marker is read within about 50ms of the
+// writer's last attempt; kept for 20ms + 2*200ms it has over 300ms left,
+// where a marker kept for WriteWait alone has under 20ms.
+func TestWriteWaitCoversTheRounds(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	m, err := rwmutex.New(c, "doc", &rwmutex.Options{WriteWait: 20 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, m.RLock(ctx, "reader"))
+	waiting, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.Lock(waiting, "writer"), context.DeadlineExceeded, "the reader holds")
+	for i, master := range cl.Clients() {
+		left, err := master.PTTL(ctx, "{doc}:ww").Result()
+		require.NoError(t, err)
+		assert.Greater(t, left, 300*time.Millisecond, "master %d", i)
+	}
+	require.NoError(t, m.RUnlock(ctx, "reader"))
+}
