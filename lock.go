@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -249,6 +250,9 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}
 	res, err := c.do(ctx, o)
 	if err != nil {
+		if holds > 1 {
+			l.loseIfRefused(err)
+		}
 		return err
 	}
 	until := c.deadline(res.start, l.ttl)
@@ -429,7 +433,8 @@ func (s *releaseSkip) Skip(i int) bool {
 // Reenter adds one hold for the lock's owner and renews its TTL, over the
 // quorum. It needs the lock to be held (else ErrNotHeld, or ErrClosed once
 // its Client is closed, and nothing is sent); it fails like an acquire,
-// wrapping ErrNotObtained, and then the holds are unchanged. It blocks for
+// wrapping ErrNotObtained, and then the holds are unchanged (and the lock
+// lost where a quorum cannot hold it any more, as with Extend). It blocks for
 // one quorum round, after any Extend, Release or renewal of the same Lock
 // under way.
 //
@@ -476,6 +481,9 @@ func (l *Lock) checkHeld(op string) error {
 // validity has already run out, Extend writes nothing and returns
 // ErrNotHeld. Otherwise it fails with a *QuorumError wrapping ErrNotHeld,
 // and Until is unchanged; once Client.Close has begun, with ErrClosed.
+// Where so many masters answered that they do not hold it that the others
+// cannot make a quorum, the lock is lost at once: Done closes with that
+// error (see Done).
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
 // any Reenter, Release or renewal of the same Lock under way.
@@ -514,6 +522,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		refusedAfter: l.repairOn(end),
 	})
 	if err != nil {
+		l.loseIfRefused(err)
 		return err // its calls, which may still land, never shorten the lock
 	}
 	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
@@ -524,6 +533,34 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		l.renew.replanned()
 	}
 	return nil
+}
+
+// loseIfRefused loses the lock where err, of a round of this held Lock
+// (a re-entry, extend, renewal or release that leaves holds), is a
+// *QuorumError in which so many masters answered that they do not hold it
+// for this Lock that the others cannot make a quorum: its keys were
+// deleted there, those masters restarted empty, or another owner took it.
+// Whatever validity is left, another owner may hold it now. A master that
+// did not answer may still hold it, so timeouts and errors alone lose
+// nothing before the validity runs out.
+func (l *Lock) loseIfRefused(err error) {
+	var qe *QuorumError
+	if !errors.As(err, &qe) {
+		return
+	}
+	refused := 0
+	for _, m := range qe.Masters {
+		if m.Err == ErrNotHeld || m.Err == ErrHeldElsewhere {
+			refused++
+		}
+	}
+	if len(qe.Masters)-refused >= qe.Quorum {
+		return
+	}
+	if !errors.Is(err, ErrNotHeld) { // a re-entry's
+		err = fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	l.lose(err)
 }
 
 // repairOn returns what an extend whose validity ends by until runs on
@@ -587,8 +624,9 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 // ended (only ctx's values are used): a release must not be lost. It returns nil if a
 // quorum held it (it was still ours), and a *QuorumError wrapping ErrNotHeld
 // if not: it had expired, or too few masters answered. Either way the hold
-// is gone afterwards. Calling Release after the last hold is gone sends
-// nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
+// is gone afterwards; a Release that leaves holds and finds the lock lost
+// on a quorum closes Done, as Extend does. Calling Release after the last
+// hold is gone sends nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
 // anything, and closes Done with ErrReleased.
 //
 // Release blocks until the quorum is decided, at most MasterTimeout. The
@@ -645,6 +683,8 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	err := l.releaseRound(context.WithoutCancel(ctx), l.holds, queued)
 	if l.holds == 0 {
 		l.observe(ctx, EventReleased, err)
+	} else if err != nil {
+		l.loseIfRefused(err)
 	}
 	return err
 }

@@ -320,3 +320,94 @@ func TestNoRenewalEventAfterTheLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestLockLostWhereAQuorumRefuses: a round of a held Lock that so many
+// masters refuse (the lock is not theirs: taken over, deleted, or lost to
+// a restart) that the others cannot make a quorum loses the lock at once,
+// whatever validity is left; timeouts or errors alone do not.
+func TestLockLostWhereAQuorumRefuses(t *testing.T) {
+	ctx := context.Background()
+	takeOver := func(fs []*fakeMaster, l *Lock, n int) {
+		for _, f := range fs[:n] {
+			f.set(l.keys.Names[0], "thief")
+		}
+	}
+	lost := func(t *testing.T, l *Lock) {
+		t.Helper()
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done is open")
+		}
+		assert.False(t, l.Held())
+		assert.ErrorIs(t, l.Err(), ErrNotHeld)
+		var qe *QuorumError
+		assert.ErrorAs(t, l.Err(), &qe)
+	}
+	for _, tc := range []struct {
+		name     string
+		reenters int // before the round
+		run      func(*Lock) error
+		want     error
+	}{
+		{"extend", 0, func(l *Lock) error { return l.Extend(ctx, 10*time.Second) }, ErrNotHeld},
+		{"reenter", 0, func(l *Lock) error { return l.Reenter(ctx) }, ErrNotObtained},
+		{"release that leaves holds", 2, func(l *Lock) error { return l.Release(ctx) }, ErrNotHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := fakes(3)
+			c := newFakeClient(t, fs, nil)
+			l, err := c.Acquire(ctx, "k", 10*time.Second)
+			require.NoError(t, err)
+			for range tc.reenters {
+				require.NoError(t, l.Reenter(ctx))
+			}
+			// The round was decided by two of them; the third's call may
+			// still be on its way.
+			require.Eventually(t, func() bool {
+				for _, f := range fs {
+					if _, ok := f.get(l.keys.Names[0]); !ok {
+						return false
+					}
+				}
+				return true
+			}, 5*time.Second, time.Millisecond, "every master holds it")
+			takeOver(fs, l, 1)
+			require.NoError(t, tc.run(l), "one master that refuses leaves a quorum")
+			require.True(t, l.Held())
+			takeOver(fs, l, 2)
+			require.ErrorIs(t, tc.run(l), tc.want)
+			lost(t, l)
+		})
+	}
+	t.Run("masters that fail", func(t *testing.T) {
+		fs := fakes(3)
+		c := newFakeClient(t, fs, nil)
+		l, err := c.Acquire(ctx, "k", 10*time.Second)
+		require.NoError(t, err)
+		for _, f := range fs[:2] {
+			f.mu.Lock()
+			f.err = assert.AnError
+			f.mu.Unlock()
+		}
+		require.ErrorIs(t, l.Extend(ctx, 10*time.Second), ErrNotHeld)
+		assert.True(t, l.Held(), "a master that did not answer may still hold it")
+		assert.NoError(t, l.Err())
+	})
+	// Timing: renewed after 1s of the 3s TTL; the refused renewal loses it
+	// then, where retrying until the validity ran out lost it after 2.3s.
+	t.Run("renewal", func(t *testing.T) {
+		fs := fakes(3)
+		c := newFakeClient(t, fs, &Options{MasterTimeout: 50 * time.Millisecond})
+		l, err := c.Acquire(ctx, "k", 3*time.Second)
+		require.NoError(t, err)
+		takeOver(fs, l, 2)
+		l.AutoRenew()
+		select {
+		case <-l.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatalf("Done open 2s after a take-over that the first renewal met (Until in %v)", time.Until(l.Until()))
+		}
+		lost(t, l)
+	})
+}

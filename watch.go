@@ -114,7 +114,10 @@ func (l *Lock) lostCause() error {
 
 // Done returns a channel that is closed when the lock is no longer held:
 // its validity ran out without renewal, auto-renewal could not reach a
-// quorum in time, the last Release, or Client.Close. Err then tells why.
+// quorum in time, a round of the Lock (renewal, Extend, Reenter or a
+// Release that leaves holds) found it lost on so many masters that the
+// others cannot make a quorum, the last Release, or Client.Close. Err
+// then tells why.
 // Work done under the lock can select on it. Done of a zero or nil Lock is
 // closed.
 func (l *Lock) Done() <-chan struct{} { return l.signal().done }
@@ -165,7 +168,8 @@ func (r *renewal) stop() {
 // a third of it has passed, and retries sooner after a failure. A failure on a minority of masters does
 // not matter (the quorum still extends). If renewal cannot reach a quorum
 // before the validity would run out, the lock is lost: Done closes, with
-// the last renewal error in Err. The last Release, and Client.Close, stop
+// the last renewal error in Err; at once where the masters that answered
+// that they do not hold it leave too few for a quorum. The last Release, and Client.Close, stop
 // renewal before they return; no renewal runs after. Calling AutoRenew
 // again, on a closed Client, or while the last Release is under way, is a
 // no-op (a Reenter that comes first keeps renewal running).
