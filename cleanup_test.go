@@ -310,3 +310,31 @@ func TestErrorReplyIsDroppedWithAMarker(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseMarkerLastsTheLongestTTL: the marker that refuses an
+// acquire landing late lasts as long as that acquire's lock would, even
+// after an Extend to a shorter TTL (a review found it kept for the
+// shorter one: the acquire, landing after it lapsed, kept the lock, held
+// by nobody, for its whole TTL).
+func TestReleaseMarkerLastsTheLongestTTL(t *testing.T) {
+	fs := fakes(3)
+	p := &proxiedMaster{fakeMaster: fs[0]} // its acquire's outcome is unknown
+	c, err := New([]redis.Scripter{p, fs[1], fs[2]}, &Options{MasterTimeout: time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", 10*time.Second)
+	require.NoError(t, err, "masters 1 and 2 agreed")
+	require.NoError(t, l.Extend(ctx, 2*time.Second))
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, c.Close())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	marked := 0
+	for _, args := range p.releases {
+		if len(args) == 7 {
+			marked++
+			assert.Equal(t, int64(10000), args[1], "the marker's TTL (ms)")
+		}
+	}
+	assert.Positive(t, marked, "no release left a marker: %v", p.releases)
+}

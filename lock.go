@@ -58,10 +58,11 @@ type Lock struct {
 	// the Lock is returned.
 	quick bool
 
-	// longestTTL is the longest TTL a call of this Lock asked a master to
-	// set, failed Extends included: a key may live that long, and cleanups
-	// are retried for that long. Written under mu.
-	longestTTL atomic.Int64
+	// longest is the longest TTL a call of this Lock asked a master to
+	// set, failed Extends included: a key may live that long, so cleanups
+	// are retried, and release markers kept, for that long. Written under
+	// mu.
+	longest atomic.Int64
 
 	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
 	released atomic.Bool  // the last hold is gone
@@ -239,7 +240,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		late:         l.lateAgreement(holds),
 		ttl:          l.ttl,
 		sentinel:     ErrNotObtained,
-		keyTTL:       time.Duration(l.longestTTL.Load()),
+		keyTTL:       l.longestTTL(),
 		withdrawable: true,
 	}
 	if holds == 1 {
@@ -308,12 +309,15 @@ func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) err
 }
 
 // sendsTTL records that a call is about to ask the masters for ttl (see
-// longestTTL). l.mu must be held.
+// longest). l.mu must be held.
 func (l *Lock) sendsTTL(ttl time.Duration) {
-	if int64(ttl) > l.longestTTL.Load() {
-		l.longestTTL.Store(int64(ttl))
+	if int64(ttl) > l.longest.Load() {
+		l.longest.Store(int64(ttl))
 	}
 }
+
+// longestTTL returns the longest TTL a call of this Lock asked for.
+func (l *Lock) longestTTL() time.Duration { return time.Duration(l.longest.Load()) }
 
 // lateAgreement returns what to do when master i agrees to the acquire
 // round for holds after the round was decided. The lock's last release
@@ -366,23 +370,27 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown boo
 // outcome there is unknown, it leaves a marker if it finds nothing. It
 // blocks meanwhile.
 func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
-	args := l.args(l.ttl, 0)
+	args := l.args(l.longestTTL(), 0)
 	if unknown {
 		args = markArgs(args)
 	}
-	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, time.Duration(l.longestTTL.Load()))
+	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, l.longestTTL())
 }
 
 // releaseRound sets the owner's holds to holds on every master. At 0 it
 // deletes the lock there, retried in the background on masters that gave
 // no answer, and hands the lock on with queued (see release).
 func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error {
+	ttl := l.ttl
+	if holds == 0 {
+		ttl = l.longestTTL() // of the marker it may leave
+	}
 	o := &op{
 		name:     "release",
 		key:      l.key,
 		script:   l.mode.release,
 		keys:     l.keys,
-		args:     l.args(l.ttl, int64(holds)),
+		args:     l.args(ttl, int64(holds)),
 		sentinel: ErrNotHeld,
 		keep:     true,
 		skip:     (*releaseSkip)(l),
@@ -401,7 +409,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 			o.args[len(o.args)-1] = "2"
 		}
 		o.after = l.releasedOn
-		o.retry, o.keyTTL = true, time.Duration(l.longestTTL.Load())
+		o.retry, o.keyTTL = true, ttl
 		o.wakes, o.queued = l.nonce, queued
 		o.early = l.client.ordered && l.quick && !l.client.isContested(o.keys.Names[0])
 	}

@@ -37,9 +37,10 @@
 -- those may travel on another connection, and overtake it where the
 -- acquire's call timed out (a stalled master, a proxy that relays each
 -- connection on its own). So an undo or a last release that finds nothing
--- of its Lock leaves a marker, K:gone:nonce, for the lock's TTL, and an
--- acquire refuses a nonce with a marker: an acquire that lands within a TTL
--- of it leaves nothing (one that lands later leaves a key for its TTL). A
+-- of its Lock leaves a marker, K:gone:nonce, for the longest TTL the Lock
+-- asked for (ARGV[2]), and an acquire refuses a nonce with a marker: an
+-- acquire that lands within that TTL of it leaves nothing (one that lands
+-- later leaves a key for its TTL). A
 -- re-entry (holds > 1) never creates a missing key. The marker is not
 -- declared in KEYS (its name holds the nonce) but hashes to K's Redis
 -- Cluster slot; so do K:rh, K:r and K:rn, which an exclusive or reentrant
