@@ -73,6 +73,25 @@ func (t *timeouts) cancel(n uint64) {
 	t.compact()
 }
 
+// stop stops the timer where every entry queued was cancelled (cancel
+// leaves the last one for fire), so that nothing fires after Client.Close
+// returns; an add arms it again. Entries still pending keep it armed.
+func (t *timeouts) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.queue[t.first:] {
+		if p.e != nil {
+			return
+		}
+	}
+	// Stop fails where fire is due or under way: then fire empties it.
+	if t.timer != nil && t.timer.Stop() {
+		t.head += uint64(len(t.queue) - t.first)
+		clear(t.queue)
+		t.queue, t.first = t.queue[:0], 0
+	}
+}
+
 // arm sets the timer to fire in d. t.mu must be held.
 func (t *timeouts) arm(d time.Duration) {
 	if t.timer == nil {

@@ -302,3 +302,37 @@ func TestTimeoutsWhileFiring(t *testing.T) {
 		seen[e.name] = true
 	}
 }
+
+// TestCloseLeavesNoTimerArmed: the last round's cancelled entry stays
+// queued for the timer to drop; Close stops the timer instead, so that
+// nothing of the Client runs after it returns (review).
+func TestCloseLeavesNoTimerArmed(t *testing.T) {
+	c := newFakeClient(t, fakes(3), &Options{MasterTimeout: time.Second})
+	l, err := c.Acquire(context.Background(), "k", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, c.Close())
+	for name, q := range map[string]*timeouts{"decision": &c.decisionTimeouts, "call": &c.callTimeouts} {
+		q.mu.Lock()
+		queued := len(q.queue) - q.first
+		armed := q.timer != nil && q.timer.Stop()
+		q.mu.Unlock()
+		assert.False(t, armed, "%s timer armed after Close, %d entries queued", name, queued)
+		assert.Zero(t, queued, name)
+	}
+}
+
+// TestStopKeepsPendingEntries: stop leaves the timer armed for an entry
+// still pending, and an add after stop arms it again.
+func TestStopKeepsPendingEntries(t *testing.T) {
+	out := make(chan expired, 2)
+	q := &timeouts{after: 10 * time.Millisecond}
+	q.add(&expiry{"pending", out})
+	q.stop()
+	assert.Equal(t, "pending", receive(t, out).name)
+	_, n := q.add(&expiry{"cancelled", out})
+	q.cancel(n)
+	q.stop()
+	q.add(&expiry{"after stop", out})
+	assert.Equal(t, "after stop", receive(t, out).name)
+}

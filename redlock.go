@@ -442,13 +442,22 @@ func (c *Client) Close() error {
 	if !gaveUp {
 		select {
 		case <-pipes:
+			c.stopTimeouts()
 			return nil
 		case <-grace.C:
 		}
 	}
 	c.abortPipes()
 	<-pipes
+	c.stopTimeouts()
 	return nil
+}
+
+// stopTimeouts stops the deadline timers, which rounds that ended before
+// Close may have left armed.
+func (c *Client) stopTimeouts() {
+	c.decisionTimeouts.stop()
+	c.callTimeouts.stop()
 }
 
 // abortPipes aborts every master's pipeline (see pipeline.Abort) and waits
