@@ -224,7 +224,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 				return
 			}
 			wait = time.Until(l.Until()) - 2*ttl/3
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, errors.Is(err, ErrClosed): // Close loses the lock
 			return
 		case time.Until(l.Until()) < retry+l.client.masterTimeout:
 			// The next attempt could not finish in time.
