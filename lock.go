@@ -632,7 +632,8 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 // ended (only ctx's values are used): a release must not be lost. It returns nil if a
 // quorum held it (it was still ours), and a *QuorumError wrapping ErrNotHeld
 // if not: it had expired, or too few masters answered. Either way the hold
-// is gone afterwards; a Release that leaves holds and finds the lock lost
+// is gone afterwards. Once Client.Close has begun, Release sends nothing
+// and returns ErrClosed. A Release that leaves holds and finds the lock lost
 // on a quorum closes Done, as Extend does. Calling Release after the last
 // hold is gone sends nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
 // anything, and closes Done with ErrReleased.
@@ -659,6 +660,9 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := l.check(); err != nil {
 		return err
+	}
+	if l.client.closing.Load() { // the lock was left to expire: see Client.Close
+		return fmt.Errorf("%w: release %q", ErrClosed, l.key)
 	}
 	l.mu.Lock()
 	if r := l.renew; r != nil && l.holds <= 1 {

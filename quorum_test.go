@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -468,5 +469,31 @@ func TestExtendThatSendsNothingKeepsUntil(t *testing.T) {
 	assert.Equal(t, until, l.Until())
 	for _, f := range fs {
 		assert.NotContains(t, f.callNames(), "extend")
+	}
+}
+
+// TestReleaseAfterClose: Close ended the lock, which stays on the masters
+// until it expires; a Release afterwards sends nothing, says so, and leaves
+// the Lock as Close left it, whether its signal was made before or not.
+func TestReleaseAfterClose(t *testing.T) {
+	for _, watched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watched=%v", watched), func(t *testing.T) {
+			fs := fakes(3)
+			c, err := New(fs, nil)
+			require.NoError(t, err)
+			ctx := context.Background()
+			l, err := c.Acquire(ctx, "k", 10*time.Second)
+			require.NoError(t, err)
+			if watched {
+				l.Done()
+			}
+			require.NoError(t, c.Close())
+			require.ErrorIs(t, l.Release(ctx), ErrClosed)
+			assert.ErrorIs(t, l.Err(), ErrClosed)
+			assert.Equal(t, 1, l.Holds())
+			for _, f := range fs {
+				assert.NotContains(t, f.callNames(), "release")
+			}
+		})
 	}
 }

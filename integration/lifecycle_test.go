@@ -305,6 +305,8 @@ func TestCloseEndsLiveLocks(t *testing.T) {
 		assert.False(t, l.Held(), "%v: Held after Close", l)
 		assert.ErrorIs(t, l.Extend(ctx, ttl), redlock.ErrClosed, "%v", l)
 		assert.ErrorIs(t, l.Reenter(ctx), redlock.ErrClosed, "%v", l)
+		assert.ErrorIs(t, l.Release(ctx), redlock.ErrClosed, "%v", l)
+		assert.ErrorIs(t, l.Err(), redlock.ErrClosed, "%v: after the Release", l)
 	}
 	select {
 	case <-watchedDone:
