@@ -61,8 +61,9 @@ const (
 	// maxBatch bounds the calls written together: about 150 bytes each, so
 	// a batch stays well under go-redis's write buffer.
 	maxBatch = 128
-	// maxQueued bounds the queued calls of one master that may be shed
-	// (those not mustSend).
+	// maxQueued bounds the calls of one master that may be shed (those
+	// not mustSend): queued in its lanes, or, for a client that cannot
+	// pipeline, on their way through workers.
 	maxQueued = 512
 )
 
@@ -76,7 +77,7 @@ var (
 	// ErrQueueFull answers at once a call that may be shed when its
 	// master's queue is full: the master is slow or unreachable. It
 	// matches ErrNotSent.
-	ErrQueueFull = fmt.Errorf("%w: %d calls already queued for this master", ErrNotSent, maxQueued)
+	ErrQueueFull = fmt.Errorf("%w: %d calls already waiting for this master", ErrNotSent, maxQueued)
 	// ErrClosed answers calls made after Close. It matches ErrNotSent.
 	// This package cannot import redlock (which imports it), so it does
 	// not match redlock.ErrClosed: the engine, which closes its pipelines
@@ -113,7 +114,8 @@ func notSent(err error) error {
 // hands each reply to the call's Completion.
 //
 // A client without Pipeline() gets no batching: every call is a plain
-// Script.Run, on a goroutine of its own (reused from call to call).
+// Script.Run, on a goroutine of its own (reused from call to call), with
+// the same bound on the calls that may be shed.
 //
 // A batch fires go-redis's pipeline hooks, a call sent alone its process
 // hooks. A Pipeline is safe for concurrent use.
@@ -138,7 +140,7 @@ type Pipeline struct {
 	closed  bool
 	aborted bool // closed by Abort: a call accepted meanwhile is answered ErrClosed
 	lanes   []lane
-	loose   int // queued calls that may be shed, in every lane
+	loose   int // calls that may be shed queued in every lane, or on their way through workers
 	stats   stats
 
 	// Loads of the library while fnState is unknown (see probeLocked).
@@ -304,7 +306,7 @@ func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
 			p.piper = pc
 		}
 	}
-	p.workers.init(p.sendOne)
+	p.workers.init(p.sendWorked)
 	p.lanes = make([]lane, lanes)
 	for i := range p.lanes {
 		p.lanes[i] = lane{p: p, wake: make(chan struct{}, 1)}
@@ -360,11 +362,11 @@ func (p *Pipeline) start(ctx context.Context, s *redis.Script, keys Keys, args [
 		// Its round was decided while this call was on its way.
 		p.withdrawnLocked(o)
 		refused = ErrWithdrawn
-	case !o.MustSend && p.piper != nil && p.loose >= maxQueued:
+	case !o.MustSend && p.loose >= maxQueued:
 		p.stats.shed++
 		refused = ErrQueueFull
 	default:
-		if !o.MustSend && p.piper != nil {
+		if !o.MustSend {
 			p.loose++ // before the lock is let go: the bound holds
 		}
 		p.wg.Add(1)
@@ -677,6 +679,20 @@ func (p *Pipeline) sendOne(c *call) {
 	p.answer(c, v, err)
 }
 
+// sendWorked is sendOne on a worker: a call that may be shed counts
+// toward maxQueued until it is answered, so that a master that does not
+// answer holds at most that many workers (and their connections) for them.
+func (p *Pipeline) sendWorked(c *call) {
+	pprof.SetGoroutineLabels(c.ctx)
+	v, err := p.sendAlone(c)
+	if !c.MustSend {
+		p.mu.Lock()
+		p.loose--
+		p.mu.Unlock()
+	}
+	p.answer(c, v, err)
+}
+
 // The command names, boxed once: a string boxed anew allocates.
 var evalSHAName, fcallName any = "evalsha", "fcall"
 
@@ -897,12 +913,14 @@ func (p *Pipeline) Abort() {
 	for l := range p.lanes {
 		ln := &p.lanes[l]
 		for _, c := range ln.queue {
+			if !c.MustSend {
+				p.loose--
+			}
 			aborted = append(aborted, answer{c, 0, ErrClosed})
 		}
 		clear(ln.queue)
 		ln.queue = ln.queue[:0]
 	}
-	p.loose = 0
 	p.mu.Unlock()
 	p.answerAll(aborted)
 	p.wait()

@@ -154,3 +154,49 @@ func TestSenderRunsUnderTheCallersLabels(t *testing.T) {
 	require.NoError(t, <-second)
 	assert.Equal(t, []string{`# labels: {"request":"second"}`}, labels)
 }
+
+// A master that cannot pipeline and does not answer holds at most
+// maxQueued calls that may be shed, each on a worker: later ones are
+// refused at once with ErrQueueFull, and a call that must be sent is
+// still sent. Once the master answers, calls are taken again.
+func TestWorkersAreBoundedForASlowMaster(t *testing.T) {
+	g := &gatedScripter{}
+	p := New(g, testLimit, 1)
+	t.Cleanup(p.Close)
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // before p.Close, which waits for the workers
+	g.close(gate)
+	errs := make(chan error, maxQueued+1)
+	for range maxQueued {
+		go func() {
+			_, err := p.Run(context.Background(), echoScript, Keys{}, []any{1}, false)
+			errs <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return g.reached() == maxQueued },
+		10*time.Second, time.Millisecond, "the calls on their way")
+	// Refused at once; sent, it would wait for the gate until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := p.Run(ctx, echoScript, Keys{}, []any{1}, false)
+	require.ErrorIs(t, err, ErrQueueFull)
+	assert.ErrorIs(t, err, ErrNotSent)
+	go func() {
+		_, err := p.Run(context.Background(), echoScript, Keys{}, []any{1}, true)
+		errs <- err
+	}()
+	require.Eventually(t, func() bool { return g.reached() == maxQueued+1 },
+		10*time.Second, time.Millisecond, "the call that must be sent was not")
+	assert.Equal(t, int64(maxQueued+1), p.workers.started.Load())
+	open()
+	for range maxQueued + 1 {
+		require.NoError(t, <-errs)
+	}
+	g.close(nil)
+	_, err = p.Run(context.Background(), echoScript, Keys{}, []any{1}, false)
+	require.NoError(t, err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	assert.Zero(t, p.loose)
+}
