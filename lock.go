@@ -196,14 +196,18 @@ func (l *Lock) box() {
 
 // markerTTL is how long a waiting writer's attempt keeps new readers out
 // on a master: writeWait from the end of its round, and until its next
-// attempt reaches the master if that comes within writeWait. The round
-// may run on for MasterTimeout after the master set the marker, and the
-// next attempt's call take as long to reach it.
+// attempt reaches the master if that comes within writeWait. After the
+// master set the marker, the round may take MasterTimeout to be decided
+// and another to undo what it took, and the next attempt's call as long
+// to reach the master.
 func (l *Lock) markerTTL() time.Duration {
 	if l.writeWait <= 0 {
 		return 0
 	}
-	return l.writeWait + 2*l.client.masterTimeout
+	if d := l.writeWait + 3*l.client.masterTimeout; d > l.writeWait {
+		return d
+	}
+	return l.writeWait // whole centuries: the sum overflows
 }
 
 // markArgs returns args with the flag that makes a release leave a marker

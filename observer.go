@@ -8,10 +8,12 @@ import (
 // Observer receives every quorum round a Client runs and the lifecycle
 // events of its locks (Options.Observer). Its methods are called
 // synchronously, on the goroutine that decided the round or saw the event,
-// so they must be fast and must not call back into the Client; they may be
-// called concurrently. ctx is the caller's context of the operation, for
-// tracing; it may have ended. Without an Observer (the default) nothing is
-// measured.
+// so they must be fast and must not call back into the Client nor its
+// Locks: a Lock's EventLost, EventRenewed and EventRenewalFailed are
+// reported under a mutex that the Lock's Done, Err and Extend, and
+// Client.Close, also take. They may be called concurrently. ctx is the
+// caller's context of the operation, for tracing; it may have ended.
+// Without an Observer (the default) nothing is measured.
 //
 // One Lock's events come in order. Those of different Locks, even of one
 // key in one process, need not: a last release hands the lock on to the

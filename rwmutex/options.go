@@ -30,10 +30,11 @@ type Options struct {
 	// readers out after each of its attempts, so that a stream of readers
 	// cannot starve it; Lock retries well within it. It is kept in whole
 	// milliseconds and must be at least 1ms. The masters keep each
-	// attempt's marker for twice the client's MasterTimeout longer, the
-	// longest its round and the next attempt's call may add to the retry
-	// delay; so a writer that gives up keeps new readers out for up to
-	// WriteWait plus twice MasterTimeout. Default: 1s.
+	// attempt's marker for three times the client's MasterTimeout longer,
+	// the longest its round (decision and undo) and the next attempt's call
+	// may add to the retry delay; so a writer that gives up keeps new
+	// readers out for up to WriteWait plus three MasterTimeouts. Default:
+	// 1s.
 	WriteWait time.Duration
 }
 
