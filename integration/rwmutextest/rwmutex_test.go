@@ -98,8 +98,9 @@ func TestReadersOfAnotherProcessGetTheirTurn(t *testing.T) {
 // WriteWait by three MasterTimeouts on the masters, so that a slow round
 // (its decision and its undo) and the next attempt's call do not let it
 // lapse between attempts. Timing: the marker is read within about 50ms of
-// the writer's last attempt; kept for 20ms + 3*200ms it has over 500ms
-// left, where a marker kept for WriteWait alone has under 20ms.
+// the writer's last attempt; kept for 20ms + 3*200ms it has about 570ms
+// left (asserted: over 300ms), where one kept for WriteWait alone has
+// under 20ms.
 func TestWriteWaitCoversTheRounds(t *testing.T) {
 	cl := integration.NewCluster(t, 3)
 	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
@@ -115,7 +116,7 @@ func TestWriteWaitCoversTheRounds(t *testing.T) {
 	for i, master := range cl.Clients() {
 		left, err := master.PTTL(ctx, "{doc}:ww").Result()
 		require.NoError(t, err)
-		assert.Greater(t, left, 500*time.Millisecond, "master %d", i)
+		assert.Greater(t, left, 300*time.Millisecond, "master %d", i)
 	}
 	require.NoError(t, m.RUnlock(ctx, "reader"))
 }
