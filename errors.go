@@ -56,8 +56,8 @@ type MasterResult struct {
 	Master string // the master's address, or "master<i>" when unknown
 	Agreed bool   // the master applied the operation, and it counts
 	// Err says why the master did not agree: ErrHeldElsewhere when it
-	// refused an acquire, ErrNotHeld when it refused an extend or release
-	// (the lock is not ours there), ErrUpgrade, ErrMasterTimeout,
+	// refused an acquire, ErrNotHeld when it refused a re-entry, extend or
+	// release (the lock is not ours there), ErrUpgrade, ErrMasterTimeout,
 	// ErrNoReply, the caller's context error, or the master's own error. A
 	// master whose agreement does not count has ErrReplica or a
 	// *SameServerError here.

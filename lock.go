@@ -248,6 +248,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		withdrawable: true,
 	}
 	if holds == 1 {
+		o.refused = ErrHeldElsewhere // a re-entry's refusal: not ours there
 		o.unsent = &l.unsent
 		if m.fenced && c.fencing {
 			o.grantWithin = l.ttl / 4
@@ -550,6 +551,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 // loseIfRefused loses the lock where err, of a round of this held Lock
 // (a re-entry, extend, renewal or release that leaves holds), is a
 // *QuorumError in which so many masters answered that they do not hold it
+// (ErrNotHeld)
 // for this Lock that the others cannot make a quorum: its keys were
 // deleted there, those masters restarted empty, or another owner took it.
 // Whatever validity is left, another owner may hold it now. A master that
@@ -562,7 +564,7 @@ func (l *Lock) loseIfRefused(err error) {
 	}
 	refused := 0
 	for _, m := range qe.Masters {
-		if m.Err == ErrNotHeld || m.Err == ErrHeldElsewhere {
+		if m.Err == ErrNotHeld {
 			refused++
 		}
 	}

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -342,7 +343,14 @@ func TestLockLostWhereAQuorumRefuses(t *testing.T) {
 		assert.False(t, l.Held())
 		assert.ErrorIs(t, l.Err(), ErrNotHeld)
 		var qe *QuorumError
-		assert.ErrorAs(t, l.Err(), &qe)
+		require.ErrorAs(t, l.Err(), &qe)
+		refused := 0
+		for _, m := range qe.Masters {
+			if errors.Is(m.Err, ErrNotHeld) {
+				refused++
+			}
+		}
+		assert.Equal(t, 2, refused, "the lock is not ours there (a re-entry's too): %v", qe)
 	}
 	for _, tc := range []struct {
 		name     string

@@ -49,6 +49,9 @@ type op struct {
 	// earlier lock (see "Fencing tokens" in README.md).
 	grantWithin time.Duration
 	sentinel    error // what a failed round wraps
+	// refused is a master's error where it answered no: ErrNotHeld (the
+	// lock is not ours there) unless set.
+	refused error
 	// retry makes script a cleanup (the last release): a master that gave
 	// no answer gets it again in the background (see Client.retryLater).
 	retry bool
@@ -650,9 +653,9 @@ func (c *Client) masterResults(r *round, timedOut bool, ctxErr error) (ms []Mast
 				m.Err = ErrUpgrade
 				upgrades++
 			case m.Err == nil && !m.Agreed: // it answered no
-				m.Err = ErrNotHeld // extend, renew, release, fence: not ours there
-				if r.op.name == "acquire" {
-					m.Err = ErrHeldElsewhere
+				m.Err = ErrNotHeld
+				if r.op.refused != nil {
+					m.Err = r.op.refused
 				}
 			}
 		case ctxErr != nil:
