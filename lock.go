@@ -248,7 +248,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		withdrawable: true,
 	}
 	if holds == 1 {
-		o.refused = ErrHeldElsewhere // a re-entry's refusal: not ours there
+		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
 		o.unsent = &l.unsent
 		if m.fenced && c.fencing {
 			o.grantWithin = l.ttl / 4

@@ -120,3 +120,25 @@ func TestWriteWaitCoversTheRounds(t *testing.T) {
 	}
 	require.NoError(t, m.RUnlock(ctx, "reader"))
 }
+
+// TestUnlockAfterCloseForgetsTheOwner: Client.Close leaves its locks to
+// expire; an unlock afterwards returns ErrClosed and forgets the owner's
+// hold, so that the RWMutex does not keep a dead Lock (review: a later
+// Lock of the reader was refused as an upgrade).
+func TestUnlockAfterCloseForgetsTheOwner(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	m, err := rwmutex.New(c, "doc", nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, m.RLock(ctx, "reader"))
+	require.NoError(t, m.RLock(ctx, "reader"), "two holds")
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, m.RUnlock(ctx, "reader"), redlock.ErrClosed)
+	assert.Nil(t, m.Reader("reader"))
+	assert.ErrorIs(t, m.RUnlock(ctx, "reader"), redlock.ErrNotHeld)
+	err = m.Lock(ctx, "reader")
+	assert.ErrorIs(t, err, redlock.ErrClosed)
+	assert.NotErrorIs(t, err, redlock.ErrUpgrade)
+}

@@ -63,7 +63,8 @@ const (
 	maxBatch = 128
 	// maxQueued bounds the calls of one master that may be shed (those
 	// not mustSend): queued in its lanes, or, for a client that cannot
-	// pipeline, on their way through workers.
+	// pipeline, on their way through workers (not for a cluster client or
+	// a ring, whose servers answer each on its own).
 	maxQueued = 512
 )
 
@@ -123,6 +124,7 @@ type Pipeline struct {
 	client redis.Scripter
 	proc   processor     // a go-redis client; nil: calls sent alone go through Script.Run
 	piper  pipeliner     // nil: the client cannot pipeline
+	shards bool          // a cluster client or a ring: several servers, no bound on the calls under way
 	limit  time.Duration // bound of every call the Pipeline sends on its own
 
 	fns     *Functions    // nil: scripts only (see UseFunctions)
@@ -300,7 +302,9 @@ func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		// One pipeline for several servers: a slow one would hold up the
-		// others' calls.
+		// others' calls, and its calls on their way count toward no
+		// bound, which would shed theirs.
+		p.shards = true
 	default:
 		if pc, ok := client.(pipeliner); ok {
 			p.piper = pc
@@ -362,11 +366,11 @@ func (p *Pipeline) start(ctx context.Context, s *redis.Script, keys Keys, args [
 		// Its round was decided while this call was on its way.
 		p.withdrawnLocked(o)
 		refused = ErrWithdrawn
-	case !o.MustSend && p.loose >= maxQueued:
+	case p.sheds(o) && p.loose >= maxQueued:
 		p.stats.shed++
 		refused = ErrQueueFull
 	default:
-		if !o.MustSend {
+		if p.sheds(o) {
 			p.loose++ // before the lock is let go: the bound holds
 		}
 		p.wg.Add(1)
@@ -393,6 +397,9 @@ func (p *Pipeline) accept(ctx context.Context, s *redis.Script, keys Keys, args 
 	ln := p.laneOf(keys)
 	p.mu.Lock()
 	if p.aborted {
+		if !c.MustSend {
+			p.loose--
+		}
 		p.mu.Unlock()
 		p.answer(c, 0, ErrClosed)
 		return
@@ -679,13 +686,17 @@ func (p *Pipeline) sendOne(c *call) {
 	p.answer(c, v, err)
 }
 
+// sheds reports whether a call with options o counts toward maxQueued,
+// and so may be shed.
+func (p *Pipeline) sheds(o Options) bool { return !o.MustSend && !p.shards }
+
 // sendWorked is sendOne on a worker: a call that may be shed counts
 // toward maxQueued until it is answered, so that a master that does not
 // answer holds at most that many workers (and their connections) for them.
 func (p *Pipeline) sendWorked(c *call) {
 	pprof.SetGoroutineLabels(c.ctx)
 	v, err := p.sendAlone(c)
-	if !c.MustSend {
+	if p.sheds(c.Options) {
 		p.mu.Lock()
 		p.loose--
 		p.mu.Unlock()

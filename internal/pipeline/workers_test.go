@@ -200,3 +200,22 @@ func TestWorkersAreBoundedForASlowMaster(t *testing.T) {
 	defer p.mu.Unlock()
 	assert.Zero(t, p.loose)
 }
+
+// A cluster client or a ring sends through workers too, but its calls go
+// to several servers, each answering on its own: one shard that hangs
+// must not shed the calls to the others (review), so no bound applies.
+func TestShardedClientsAreNotBounded(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, DialerRetries: 1})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, DialerRetries: 1})
+	for name, client := range map[string]redis.Scripter{"ring": ring, "cluster": cluster} {
+		p := New(client, testLimit, 1)
+		p.mu.Lock()
+		p.loose = maxQueued // as if that many calls were under way
+		p.mu.Unlock()
+		_, err := p.Run(t.Context(), echoScript, NewKeys("k"), []any{1}, false)
+		require.Error(t, err, name) // nothing listens there
+		assert.NotErrorIs(t, err, ErrQueueFull, name)
+		p.Close()
+		require.NoError(t, client.(interface{ Close() error }).Close())
+	}
+}

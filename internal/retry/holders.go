@@ -126,7 +126,8 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 	return err
 }
 
-// Release removes one of owner's holds; it forgets the lock after the last.
+// Release removes one of owner's holds; it forgets the lock after the
+// last, or once its client is closed.
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
 // here, at once even while a Lock of owner waits; op and key name the call
 // in its errors. It waits for another change of owner's holds under way;
@@ -144,12 +145,15 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 			return err
 		}
 		l := o.lock.Load()
+		var released error
 		defer func() {
-			if l.Holds() == 0 {
+			// A closed client's locks are left to expire, holds and all.
+			if l.Holds() == 0 || errors.Is(released, redlock.ErrClosed) {
 				o.forget()
 			}
 		}()
-		return Release(ctx, l, o.turn, nil)
+		released = Release(ctx, l, o.turn, nil)
+		return released
 	})
 	if errors.Is(err, errOwnerBusy) {
 		return fmt.Errorf("%s %q: %w", op, key, err)
