@@ -397,7 +397,7 @@ func (p *Pipeline) accept(ctx context.Context, s *redis.Script, keys Keys, args 
 	ln := p.laneOf(keys)
 	p.mu.Lock()
 	if p.aborted {
-		if !c.MustSend {
+		if p.sheds(c.Options) {
 			p.loose--
 		}
 		p.mu.Unlock()
@@ -924,7 +924,7 @@ func (p *Pipeline) Abort() {
 	for l := range p.lanes {
 		ln := &p.lanes[l]
 		for _, c := range ln.queue {
-			if !c.MustSend {
+			if p.sheds(c.Options) {
 				p.loose--
 			}
 			aborted = append(aborted, answer{c, 0, ErrClosed})
