@@ -146,3 +146,9 @@ func (e *QuorumError) Failed() []MasterResult {
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
+
+// errClosedOp is the error of operation op on key once Client.Close has
+// begun.
+func errClosedOp(op, key string) error {
+	return fmt.Errorf("%w: %s %q", ErrClosed, op, key)
+}

@@ -473,7 +473,7 @@ func (l *Lock) checkHeld(op string) error {
 	case l.holds == 0:
 		return fmt.Errorf("%w: %s %q: released", ErrNotHeld, op, l.key)
 	case l.client.closing.Load():
-		return fmt.Errorf("%w: %s %q", ErrClosed, op, l.key)
+		return errClosedOp(op, l.key)
 	case !time.Now().Before(l.Until()):
 		return fmt.Errorf("%w: %s %q: validity ran out at %v", ErrNotHeld, op, l.key, l.Until().Round(0))
 	case l.lost.Load():
@@ -668,7 +668,7 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 		return err
 	}
 	if l.client.closing.Load() { // the lock was left to expire: see Client.Close
-		return fmt.Errorf("%w: release %q", ErrClosed, l.key)
+		return errClosedOp("release", l.key)
 	}
 	l.mu.Lock()
 	if r := l.renew; r != nil && l.holds <= 1 {

@@ -180,22 +180,36 @@ func (a acquiredThenPanic) ObserveEvent(ctx context.Context, e Event) {
 	}
 }
 
-// renewedGate is an Observer whose first EventRenewed blocks until open is
-// closed, and tells entered when it begins.
-type renewedGate struct {
+// gatedRecorder is a recorder whose first event of kind gate, or first
+// round of op gate's Op, blocks until open is closed, and tells entered
+// when it begins. It records an event when its call ends.
+type gatedRecorder struct {
+	recorder
+	event         EventKind
+	round         string
 	entered, open chan struct{}
 	once          sync.Once
 }
 
-func (g *renewedGate) ObserveRound(context.Context, Round) {}
+func (g *gatedRecorder) wait() {
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.open
+	})
+}
 
-func (g *renewedGate) ObserveEvent(_ context.Context, e Event) {
-	if e.Kind == EventRenewed {
-		g.once.Do(func() {
-			close(g.entered)
-			<-g.open
-		})
+func (g *gatedRecorder) ObserveRound(ctx context.Context, r Round) {
+	if r.Op == g.round {
+		g.wait()
 	}
+	g.recorder.ObserveRound(ctx, r)
+}
+
+func (g *gatedRecorder) ObserveEvent(ctx context.Context, e Event) {
+	if e.Kind == g.event {
+		g.wait()
+	}
+	g.recorder.ObserveEvent(ctx, e)
 }
 
 // TestAutoRenewDuringTheLastReleaseStartsNothing: the last Release waits,
@@ -203,7 +217,7 @@ func (g *renewedGate) ObserveEvent(_ context.Context, e Event) {
 // Observer); an AutoRenew meanwhile must not start another renewal, which
 // would outlive the release.
 func TestAutoRenewDuringTheLastReleaseStartsNothing(t *testing.T) {
-	g := &renewedGate{entered: make(chan struct{}), open: make(chan struct{})}
+	g := &gatedRecorder{event: EventRenewed, entered: make(chan struct{}), open: make(chan struct{})}
 	c := newFakeClient(t, fakes(3), &Options{Observer: g, MasterTimeout: 50 * time.Millisecond})
 	l, err := c.Acquire(context.Background(), "k", 600*time.Millisecond) // renewed after 200ms
 	require.NoError(t, err)
@@ -245,38 +259,6 @@ func TestAutoRenewFollowsAShorterExtend(t *testing.T) {
 		"renewed after the Extend")
 	require.True(t, l.Held(), "%v", l.Err())
 	require.NoError(t, l.Release(ctx))
-}
-
-// gatedRecorder is a recorder whose first event of kind gate, or first
-// round of op gate's Op, blocks until open is closed, and tells entered
-// when it begins. It records an event when its call ends.
-type gatedRecorder struct {
-	recorder
-	event         EventKind
-	round         string
-	entered, open chan struct{}
-	once          sync.Once
-}
-
-func (g *gatedRecorder) wait() {
-	g.once.Do(func() {
-		close(g.entered)
-		<-g.open
-	})
-}
-
-func (g *gatedRecorder) ObserveRound(ctx context.Context, r Round) {
-	if r.Op == g.round {
-		g.wait()
-	}
-	g.recorder.ObserveRound(ctx, r)
-}
-
-func (g *gatedRecorder) ObserveEvent(ctx context.Context, e Event) {
-	if e.Kind == g.event {
-		g.wait()
-	}
-	g.recorder.ObserveEvent(ctx, e)
 }
 
 // TestNoRenewalEventAfterTheLoss: one Lock's events come in order, so a

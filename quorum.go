@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/bits"
 	"runtime/pprof"
 	"sync"
@@ -198,7 +197,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
-		return outcome{}, fmt.Errorf("%w: %s %q", ErrClosed, o.name, o.key)
+		return outcome{}, errClosedOp(o.name, o.key)
 	}
 	n := len(c.nodes)
 	r := &round{

@@ -401,6 +401,7 @@ func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	defer c.stopTimeouts() // last: once the pipelines are closed, no round is pending
 	c.closeLocks()
 	c.mu.Lock()
 	if !c.closed {
@@ -442,14 +443,12 @@ func (c *Client) Close() error {
 	if !gaveUp {
 		select {
 		case <-pipes:
-			c.stopTimeouts()
 			return nil
 		case <-grace.C:
 		}
 	}
 	c.abortPipes()
 	<-pipes
-	c.stopTimeouts()
 	return nil
 }
 
