@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,9 @@ func notSent(err error) error {
 // lanes, the lane of their first key, and each lane's sender goroutine
 // sends them: a call made while its lane is idle goes out at once, alone,
 // as Script.Run would send it; calls made while one is in flight go out
-// together, as one pipelined write and read, when it ends. So at most one
+// together, as one pipelined write and read, when it ends, and with them
+// the calls that its callers make as soon as they are answered (the
+// sender lets them run before it takes the next batch). So at most one
 // call or batch per lane is in flight, the calls of one lock reach the
 // master in the order they were made, and a slow master holds at most one
 // connection per lane. No goroutine waits for a call's reply: the sender
@@ -613,6 +616,11 @@ func (ln *lane) sender() {
 				p.answer(c, v, err)
 			}
 		}
+		// The callers just answered get to run first, so that their next
+		// calls (a release after its acquire, the next acquire) join the
+		// next batch rather than wait a round trip behind a batch sent
+		// without them.
+		runtime.Gosched()
 	}
 }
 

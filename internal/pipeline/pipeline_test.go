@@ -237,6 +237,35 @@ func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 	assert.Equal(t, before.batches, after.batches)
 }
 
+// Callers that call again as soon as they are answered have their calls
+// in the next batch, not one alone and the others in a batch after it.
+// One P (GOMAXPROCS 1) makes the order of the goroutines the scheduler's
+// alone: without the sender's yield, each round went out as one call
+// alone and a batch of the other seven.
+func TestPipelineAnsweredCallersJoinTheNextBatch(t *testing.T) {
+	_, _, p := startMaster(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const callers, rounds = 8, 40
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range callers {
+		wg.Go(func() {
+			for r := range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), testLimit)
+				if _, err := p.Run(ctx, echoScript, Keys{}, []any{r}, false); err != nil {
+					failed.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, failed.Load(), "calls that failed")
+	s := statsOf(p)
+	assert.Equal(t, callers*rounds, s.alone+s.batched, "every call sent once")
+	assert.LessOrEqual(t, s.alone, rounds/4, "calls sent alone, of %d rounds: %+v", rounds, s)
+}
+
 // A paused master: callers return at their own deadline; the queue holds
 // at most maxQueued calls that may be shed, refuses more at once,
 // never refuses mustSend or kept calls, and after Resume sends the mustSend
