@@ -573,9 +573,19 @@ func (p *Pipeline) withdrawnLocked(o Options) {
 func (ln *lane) sender() {
 	p := ln.p
 	defer p.senders.Done()
-	for {
+	for answered := false; ; answered = true {
 		p.mu.Lock()
 		ln.sending = false
+		if answered {
+			// The callers just answered get to run first, so that their
+			// next calls (a release after its acquire, the next acquire)
+			// join the next batch rather than wait a round trip behind a
+			// batch sent without them. Nothing is in flight meanwhile: a
+			// call queued now is not behind.
+			p.mu.Unlock()
+			runtime.Gosched()
+			p.mu.Lock()
+		}
 		for len(ln.queue) == 0 {
 			ln.busy = false
 			if p.closed {
@@ -616,11 +626,6 @@ func (ln *lane) sender() {
 				p.answer(c, v, err)
 			}
 		}
-		// The callers just answered get to run first, so that their next
-		// calls (a release after its acquire, the next acquire) join the
-		// next batch rather than wait a round trip behind a batch sent
-		// without them.
-		runtime.Gosched()
 	}
 }
 

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,6 +81,30 @@ func TestPipelineWithdraw(t *testing.T) {
 	s := statsOf(p)
 	assert.Equal(t, 3, s.withdrawn)
 	assert.Zero(t, p.loose)
+}
+
+// A call made by a caller that the sender has just answered, while the
+// sender lets it run before taking the next batch, is not behind a call in
+// flight, however long the last batch took: it is queued and sent, not
+// withdrawn. One P (GOMAXPROCS 1) makes the caller run in that yield.
+func TestPipelineNothingBehindWhileTheSenderYields(t *testing.T) {
+	_, admin, p := startMaster(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	group := new(Group)
+	var unsent atomic.Uint64
+	answered := make(chan struct{})
+	result := make(chan error, 1)
+	go func() {
+		<-answered // readied by the first call's Completion, on the sender
+		p.Withdraw(group, time.Nanosecond)
+		_, err := goWait(t.Context(), p, incrScript, NewKeys("next"), Options{Group: group, Unsent: &unsent})
+		result <- err
+	}()
+	p.Go(t.Context(), incrScript, NewKeys("first"), nil, Options{}, completion(func(int64, error) { close(answered) }))
+	require.NoError(t, <-result)
+	assert.Zero(t, unsent.Load())
+	assert.Equal(t, int64(1), getInt(t, admin, "next"))
+	assert.Zero(t, statsOf(p).withdrawn)
 }
 
 type skipIndex int
