@@ -407,7 +407,7 @@ func (p *Pipeline) accept(ctx context.Context, s *redis.Script, keys Keys, args 
 		p.answer(c, 0, ErrClosed)
 		return
 	}
-	c.queuedBehind = ln.busy
+	c.queuedBehind = ln.sending
 	ln.queue = append(ln.queue, c)
 	wake := !ln.busy
 	if wake {
