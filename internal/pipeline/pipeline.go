@@ -109,9 +109,9 @@ func notSent(err error) error {
 // lanes, the lane of their first key, and each lane's sender goroutine
 // sends them: a call made while its lane is idle goes out at once, alone,
 // as Script.Run would send it; calls made while one is in flight go out
-// together, as one pipelined write and read, when it ends, and with them
-// the calls that its callers make as soon as they are answered (the
-// sender lets them run before it takes the next batch). So at most one
+// together, as one pipelined write and read, when it ends, and with them,
+// as a rule, the calls that its callers make as soon as they are answered
+// (the sender yields to them first: see lane.yield). So at most one
 // call or batch per lane is in flight, the calls of one lock reach the
 // master in the order they were made, and a slow master holds at most one
 // connection per lane. No goroutine waits for a call's reply: the sender
@@ -140,6 +140,9 @@ type Pipeline struct {
 	// client that cannot pipeline.
 	senders sync.WaitGroup
 	workers workers
+
+	slowYield     time.Duration // see lane.yield: defaultSlowYield; tests may set it before the first call
+	yieldsSkipped atomic.Int64  // yields skipped (see lane.yield), for tests
 
 	mu      sync.Mutex
 	closed  bool
@@ -173,6 +176,8 @@ type lane struct {
 	batch   []*call
 	cmds    []redis.Cmder
 	dropped []answer
+
+	noYieldUntil time.Time // the sender's own: see yield
 }
 
 // stats counts what a Pipeline did, for tests.
@@ -295,7 +300,7 @@ func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
 	if limit <= 0 || lanes <= 0 {
 		panic("redlock: pipeline limit and lanes must be positive")
 	}
-	p := &Pipeline{client: client, limit: limit}
+	p := &Pipeline{client: client, limit: limit, slowYield: defaultSlowYield}
 	switch c := client.(type) {
 	case *redis.Client, *redis.ClusterClient, *redis.Ring:
 		// Their EvalSha is a Process of its command. Another type's may
@@ -577,13 +582,10 @@ func (ln *lane) sender() {
 		p.mu.Lock()
 		ln.sending = false
 		if answered {
-			// The callers just answered get to run first, so that their
-			// next calls (a release after its acquire, the next acquire)
-			// join the next batch rather than wait a round trip behind a
-			// batch sent without them. Nothing is in flight meanwhile: a
-			// call queued now is not behind.
+			// Nothing is in flight while it yields: a call queued
+			// meanwhile is not behind.
 			p.mu.Unlock()
-			runtime.Gosched()
+			ln.yield()
 			p.mu.Lock()
 		}
 		for len(ln.queue) == 0 {
@@ -626,6 +628,34 @@ func (ln *lane) sender() {
 				p.answer(c, v, err)
 			}
 		}
+	}
+}
+
+// defaultSlowYield is Pipeline.slowYield: a yield lets a few callers run,
+// each for microseconds; one that takes longer waited for goroutines that
+// ran for a time slice of Go's scheduler (10ms).
+const defaultSlowYield = 2 * time.Millisecond
+
+// noYieldFor is how long a lane's sender does not yield after a yield
+// that took longer than Pipeline.slowYield.
+const noYieldFor = time.Second
+
+// yield lets the callers that the sender has just answered run before it
+// takes its next batch, so that their next calls (a release after its
+// acquire, the next acquire) join that batch rather than wait a round trip
+// behind one sent without them. A yield that took longer than slowYield
+// says that other goroutines keep the processors busy: the sender, at the
+// back of Go's global run queue, would wait behind them once more per
+// batch, so it does not yield for noYieldFor.
+func (ln *lane) yield() {
+	start := time.Now()
+	if start.Before(ln.noYieldUntil) {
+		ln.p.yieldsSkipped.Add(1)
+		return
+	}
+	runtime.Gosched()
+	if end := time.Now(); end.Sub(start) > ln.p.slowYield {
+		ln.noYieldUntil = end.Add(noYieldFor)
 	}
 }
 

@@ -244,6 +244,7 @@ func TestPipelineLoneCallGoesOutAtOnce(t *testing.T) {
 // alone and a batch of the other seven.
 func TestPipelineAnsweredCallersJoinTheNextBatch(t *testing.T) {
 	_, _, p := startMaster(t)
+	p.slowYield = time.Hour // a busy machine's slow yield stops nothing here
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const callers, rounds = 8, 40
 	var wg sync.WaitGroup
@@ -264,6 +265,31 @@ func TestPipelineAnsweredCallersJoinTheNextBatch(t *testing.T) {
 	s := statsOf(p)
 	assert.Equal(t, callers*rounds, s.alone+s.batched, "every call sent once")
 	assert.LessOrEqual(t, s.alone, rounds/4, "calls sent alone, of %d rounds: %+v", rounds, s)
+}
+
+// Where a yield took long, other goroutines keep the processor busy, and
+// each yield would queue the sender behind them once more: it stops
+// yielding for a while. A goroutine that spins for the whole test (at
+// most 5s) on one P (GOMAXPROCS 1) makes every yield wait for its time
+// slice.
+func TestPipelineStopsYieldingBehindBusyGoroutines(t *testing.T) {
+	_, _, p := startMaster(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var stop atomic.Bool
+	spun := make(chan struct{})
+	go func() {
+		defer close(spun)
+		for end := time.Now().Add(5 * time.Second); !stop.Load() && time.Now().Before(end); {
+		}
+	}()
+	defer func() { stop.Store(true); <-spun }()
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), testLimit)
+		_, err := p.Run(ctx, echoScript, Keys{}, []any{i}, false)
+		cancel()
+		require.NoError(t, err)
+	}
+	assert.Positive(t, p.yieldsSkipped.Load(), "yields skipped")
 }
 
 // A paused master: callers return at their own deadline; the queue holds

@@ -89,6 +89,7 @@ func TestPipelineWithdraw(t *testing.T) {
 // withdrawn. One P (GOMAXPROCS 1) makes the caller run in that yield.
 func TestPipelineNothingBehindWhileTheSenderYields(t *testing.T) {
 	_, admin, p := startMaster(t)
+	p.slowYield = time.Hour // it yields whatever a busy machine does
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	group := new(Group)
 	var unsent atomic.Uint64
