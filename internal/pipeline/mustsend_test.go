@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -212,3 +214,56 @@ func TestPipelineAbortDropsQueuedCalls(t *testing.T) {
 	_, err := p.Run(context.Background(), incrScript, NewKeys("must"), nil, true)
 	assert.ErrorIs(t, err, ErrClosed)
 }
+
+// The calls that a take leaves in the queue, past maxBatch, wait behind
+// the batch it took, even those queued while nothing was in flight (the
+// sender yielding between batches): a MustSend one among them is bounded
+// as in a batch when it goes alone, not by a deadline spent waiting.
+func TestPipelineCallsLeftByATakeAreBehind(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	p := New(client, testLimit, 1)
+	defer p.Close()
+	ln := &p.lanes[0]
+	p.mu.Lock()
+	for range maxBatch + 2 {
+		ln.queue = append(ln.queue, &call{ctx: context.Background(), Options: Options{MustSend: true}})
+	}
+	batch := slices.Clone(ln.takeLocked())
+	left := slices.Clone(ln.queue)
+	ln.queue, ln.batch = nil, nil
+	p.mu.Unlock()
+	require.Len(t, batch, maxBatch)
+	require.Len(t, left, 2)
+	for i, c := range batch {
+		assert.False(t, c.queuedBehind, "call %d of the batch", i)
+	}
+	for i, c := range left {
+		assert.True(t, c.queuedBehind, "call %d left queued", i)
+	}
+}
+
+// A MustSend call whose context is past its deadline but does not say so
+// yet (the engine's contexts end when a shared timer fires) is sent alone
+// under a context bounded by limit, not under its own.
+func TestPipelineMustSendPastItsDeadlineGetsTheLimit(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	p := New(client, testLimit, 1)
+	defer p.Close()
+	late := lateContext{context.Background(), time.Now().Add(-time.Millisecond)}
+	ctx, cancel := p.sendContext(&call{ctx: late, Options: Options{MustSend: true}})
+	require.NotNil(t, cancel, "a context of its own")
+	defer cancel()
+	d, ok := ctx.Deadline()
+	require.True(t, ok)
+	assert.Greater(t, time.Until(d), testLimit/2)
+}
+
+// lateContext has passed its deadline without ending.
+type lateContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }

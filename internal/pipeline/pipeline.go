@@ -632,8 +632,8 @@ func (ln *lane) sender() {
 }
 
 // defaultSlowYield is Pipeline.slowYield: a yield lets the callers just
-// answered run, each for microseconds; one that takes longer waited for
-// goroutines that ran for a time slice of Go's scheduler (10ms). It is
+// answered run, each for microseconds; one that takes longer most likely
+// waited for goroutines that ran for a time slice of Go's scheduler (10ms). It is
 // above the few milliseconds for which a busy machine deschedules a thread
 // now and then (2ms stopped the yields of a benchmark on one master from
 // 16 goroutines for seconds at a time).
@@ -693,6 +693,11 @@ func (ln *lane) takeLocked() []*call {
 	n := copy(ln.queue, ln.queue[taken:])
 	clear(ln.queue[n:])
 	ln.queue = ln.queue[:n]
+	if len(batch) > 0 {
+		for _, c := range ln.queue { // queued while nothing was in flight, past maxBatch
+			c.queuedBehind = true
+		}
+	}
 	ln.batch = batch
 	return batch
 }
@@ -704,8 +709,12 @@ func (ln *lane) takeLocked() []*call {
 // bounded by limit, without c's cancellation where c must be sent.
 func (p *Pipeline) sendContext(c *call) (context.Context, context.CancelFunc) {
 	d, ok := c.ctx.Deadline()
-	must := c.detach || c.MustSend && (c.queuedBehind || c.ctx.Err() != nil)
-	if !must && ok && time.Until(d) <= p.limit {
+	left := time.Until(d) // meaningless where !ok
+	// A context may report its end some time after its deadline (the
+	// engine's end when a shared timer fires).
+	ended := c.ctx.Err() != nil || ok && left <= 0
+	must := c.detach || c.MustSend && (c.queuedBehind || ended)
+	if !must && ok && left <= p.limit {
 		return c.ctx, nil
 	}
 	if must {
