@@ -202,6 +202,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 			}
 			p(" %d clients on %s, TTL %v, master timeout %v,%s at most %d lock calls each and %v; ran %v.",
 				c.Clients, plural(c.Keys, "key"), c.TTL, c.MasterTimeout, until, c.Sections, c.Duration, o.rep.Elapsed.Round(100*time.Millisecond))
+			if o.sc.Safe && o.rep.Result.Violations() > 0 {
+				p("\n\n  ```\n  %s\n  ```\n", strings.ReplaceAll(o.rep.Result.String(), "\n", "\n  "))
+			}
 		}
 		p("\n")
 	}

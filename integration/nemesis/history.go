@@ -71,6 +71,21 @@ type Section struct {
 	Aborted  bool // the holder's lock was lost or its validity ran out before the write: nothing written
 }
 
+// outcome says how the section ended, for reports.
+func (s Section) outcome() string {
+	switch {
+	case s.Committed:
+		return "committed"
+	case s.Rejected:
+		return "rejected"
+	case s.Aborted:
+		return "aborted (lock lost before the write)"
+	case s.Shared:
+		return "read"
+	}
+	return "ended"
+}
+
 // completed reports whether the section did what it came for: a write the
 // resource accepted, or a read held to the end under a shared lock.
 func (s Section) completed() bool {
@@ -152,8 +167,9 @@ func (r *Result) String() string {
 			fmt.Fprintf(&b, "\n  ... %d more overlaps", len(r.Overlaps)-i)
 			break
 		}
-		fmt.Fprintf(&b, "\n  overlap %v: client %d [%v, %v] and client %d [%v, %v]",
-			o.Length, o.First.Client, o.First.Enter, o.First.Exit, o.Second.Client, o.Second.Enter, o.Second.Exit)
+		fmt.Fprintf(&b, "\n  overlap %v: client %d [%v, %v] %s and client %d [%v, %v] %s",
+			o.Length, o.First.Client, o.First.Enter, o.First.Exit, o.First.outcome(),
+			o.Second.Client, o.Second.Enter, o.Second.Exit, o.Second.outcome())
 	}
 	for i, s := range r.StaleReads {
 		if i == 3 {

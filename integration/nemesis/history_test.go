@@ -60,6 +60,15 @@ func TestCheckReportsOverlapAndLostUpdate(t *testing.T) {
 	assert.Contains(t, r.String(), "overlap")
 }
 
+// A report of an overlap says how each section ended: a holder that found
+// its lock lost and wrote nothing still overlaps, and the report says so.
+func TestCheckReportNamesEachOverlappingSectionsOutcome(t *testing.T) {
+	lost := nemesis.Section{Client: 0, Enter: 0, Exit: 10 * ms, ReadOK: true, Aborted: true}
+	r := nemesis.Check([]nemesis.Section{lost, committed(1, 5*ms, 15*ms, 0)}, 1)
+	require.Len(t, r.Overlaps, 1)
+	assert.Contains(t, r.String(), "client 0 [0s, 10ms] aborted (lock lost before the write) and client 1 [5ms, 15ms] committed")
+}
+
 func TestCheckReportsOverlapEvenWhenDataSurvives(t *testing.T) {
 	// The sections overlap but happened not to interleave their effects.
 	a := committed(0, 0, 10*ms, 0)
