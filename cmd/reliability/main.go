@@ -141,7 +141,9 @@ clock in the test process (enter, exit, holder, lock value, fencing token,
 value read and written), and the checker reports:
 
 - **overlaps**: two sections of one key whose [enter, exit] intervals
-  intersect (two holders at once);
+  intersect (two holders at once); a section whose holder found its lock
+  lost and wrote nothing exits no later than its lock's validity ended, so
+  that a holder woken late does not count as holding past it;
 - **lost updates**: committed writes minus the final counter;
 - **stale reads**: committed sections, in write order, that did not read the
   previous committed write;

@@ -26,6 +26,9 @@ func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
 // Now returns the time since the recorder started, on the monotonic clock.
 func (r *Recorder) Now() time.Duration { return time.Since(r.start) }
 
+// At returns t on the recorder's clock.
+func (r *Recorder) At(t time.Time) time.Duration { return t.Sub(r.start) }
+
 // Record appends a finished section.
 func (r *Recorder) Record(s Section) {
 	r.mu.Lock()

@@ -390,7 +390,7 @@ func (w *worker) run(ctx context.Context) error {
 			w.fenced = w.fenced || s.Fence.Valid
 		}
 		w.section(&s, l, long)
-		s.Exit = rec.Now()
+		s.Exit = exitAt(s, rec.Now(), rec.At(l.Until()))
 		close(done)
 		uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
 		err = locker.unlock(uctx)
@@ -406,6 +406,18 @@ func (w *worker) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// exitAt is when section s ended for the checker: now, or for a section
+// aborted because its lock was lost or its validity ran out, no later than
+// the end of that validity (until), past which its holder no longer
+// counted on the lock: it found so and wrote nothing. A holder woken late
+// (a stalled process) would otherwise overlap the next one.
+func exitAt(s Section, now, until time.Duration) time.Duration {
+	if s.Aborted && until < now {
+		return max(until, s.Enter)
+	}
+	return now
 }
 
 // section reads the resource, holds, and writes the increment back unless
