@@ -633,10 +633,10 @@ func (ln *lane) sender() {
 
 // defaultSlowYield is Pipeline.slowYield: a yield lets the callers just
 // answered run, each for microseconds; one that takes longer most likely
-// waited for goroutines that ran for a time slice of Go's scheduler (10ms). It is
-// above the few milliseconds for which a busy machine deschedules a thread
-// now and then (2ms stopped the yields of a benchmark on one master from
-// 16 goroutines for seconds at a time).
+// waited for goroutines that ran for a time slice of Go's scheduler
+// (10ms). It is above the few milliseconds for which a busy machine
+// deschedules a thread now and then (2ms stopped the yields of a benchmark
+// on one master from 16 goroutines for seconds at a time).
 const defaultSlowYield = 5 * time.Millisecond
 
 // noYieldFor is how long a lane's sender does not yield after a yield
