@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,8 +19,9 @@ var (
 	// or too few masters answered to tell.
 	ErrNotHeld = errors.New("redlock: lock not held")
 
-	// ErrInvalidArgument marks an option, key or TTL that cannot work; the
-	// wrapping message names the value and why.
+	// ErrInvalidArgument marks an option, key, TTL or context that cannot
+	// work; the wrapping message names the value and why. Every method
+	// refuses a nil context with it before it changes anything.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
 	// ErrUpgrade means an owner holding a read lock asked for the write
@@ -141,6 +143,15 @@ func (e *QuorumError) Failed() []MasterResult {
 		}
 	}
 	return out
+}
+
+// checkContext rejects a nil context before an operation touches any
+// state: a panic halfway would leave the client or the lock broken.
+func checkContext(ctx context.Context, op string) error {
+	if ctx == nil {
+		return invalidf("%s: nil context", op)
+	}
+	return nil
 }
 
 func invalidf(format string, args ...any) error {

@@ -322,6 +322,9 @@ func (c *Client) Verify(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	if err := checkContext(ctx, "verify"); err != nil {
+		return err
+	}
 	type answer struct {
 		i   int
 		s   *serverID

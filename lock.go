@@ -460,6 +460,9 @@ func (l *Lock) Reenter(ctx context.Context) error {
 	if err := l.check(); err != nil {
 		return err
 	}
+	if err := checkContext(ctx, "reenter"); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.checkHeld("reenter"); err != nil {
@@ -507,6 +510,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // extend is Extend; name names the call in errors ("extend", "renew").
 func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error {
 	if err := l.check(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx, name); err != nil {
 		return err
 	}
 	c := l.client
@@ -665,6 +671,9 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 // decided. queued must not block nor use l.
 func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := l.check(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx, "release"); err != nil {
 		return err
 	}
 	if l.client.closing.Load() { // the lock was left to expire: see Client.Close

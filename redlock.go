@@ -338,6 +338,9 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	if err := checkContext(ctx, "load scripts"); err != nil {
+		return err
+	}
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
@@ -562,6 +565,9 @@ func (c *Client) value() (string, error) {
 }
 
 func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl, writeWait time.Duration) (*Lock, error) {
+	if err := checkContext(ctx, "acquire"); err != nil {
+		return nil, err
+	}
 	if key == "" {
 		return nil, invalidf("empty key")
 	}
