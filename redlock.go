@@ -190,6 +190,13 @@ type Client struct {
 // clients): a replica's answers do not count, and of two masters that are
 // one server and agree in a round only one counts (the other gets a
 // *SameServerError in the QuorumError). Verify checks every master up front.
+//
+// To instrument the calls, add a go-redis hook (AddHook): it sees every
+// one. Overriding methods in a type that embeds a go-redis client does not
+// work: redlock calls its Process and Pipeline where it has them, so an
+// overridden Eval or EvalSha sees only some calls. Besides scripts,
+// redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
+// and Subscribe for wake-on-release.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}
