@@ -3,7 +3,9 @@ package redlocktest_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 // master is what the suite does to a master: redlocktest.Master and the
 // harness's redis-server processes both have these.
 type master interface {
+	Addr() string
 	Kill(context.Context) error
 	Restart(context.Context) error
 	Pause(context.Context) error
@@ -203,6 +206,49 @@ var suite = []struct {
 		require.ErrorAs(t, err, &qe, "one of three")
 		require.ErrorIs(t, err, redlock.ErrNotObtained)
 	}},
+	{"killed masters refuse dials", func(t *testing.T, b backend) {
+		_, ms := b(t, 3)
+		ctx := t.Context()
+		require.NoError(t, ms[0].Kill(ctx))
+		require.NoError(t, ms[1].Kill(ctx))
+		// Fresh clients, with the same options on both backends: the
+		// kit's own (see Master.Client), dials retried or not.
+		deadErrs := func(t *testing.T, dialerRetries int, timeout time.Duration) []error {
+			clients := make([]*redis.Client, len(ms))
+			for i, m := range ms {
+				clients[i] = redis.NewClient(&redis.Options{
+					Addr:                  m.Addr(),
+					ContextTimeoutEnabled: true,
+					MaxRetries:            -1,
+					DialTimeout:           time.Second,
+					DialerRetries:         dialerRetries,
+				})
+				t.Cleanup(func() { _ = clients[i].Close() })
+			}
+			c, err := redlock.New(clients, &redlock.Options{MasterTimeout: timeout})
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, c.Close()) })
+			// A short TTL: Close waits for the undo on the dead masters
+			// until the lock would have expired.
+			_, err = c.Acquire(ctx, "job", 2*time.Second)
+			var qe *redlock.QuorumError
+			require.ErrorAs(t, err, &qe, "one of three")
+			return []error{qe.Masters[0].Err, qe.Masters[1].Err}
+		}
+		t.Run("one dial", func(t *testing.T) {
+			for i, err := range deadErrs(t, 1, time.Second) {
+				assert.ErrorIs(t, err, syscall.ECONNREFUSED, "m%d: a refused dial, as from a dead server", i)
+			}
+		})
+		t.Run("dials retried", func(t *testing.T) {
+			// go-redis dials five times, 100ms apart: at least 400ms, which
+			// a 150ms MasterTimeout cuts short (250ms margin; a busy machine
+			// only sleeps longer).
+			for i, err := range deadErrs(t, 0, 150*time.Millisecond) {
+				assert.ErrorIs(t, err, redlock.ErrMasterTimeout, "m%d: still dialing", i)
+			}
+		})
+	}},
 	{"paused master", func(t *testing.T, b backend) {
 		clients, ms := b(t, 3)
 		c := newClient(t, clients)
@@ -248,4 +294,24 @@ func TestKitDifferences(t *testing.T) {
 	err := c.Verify(t.Context())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "cannot be identified", "miniredis's INFO has no run_id nor role")
+}
+
+// TestRestartOnTakenPort: a master restarts on its address, and fails,
+// still killed, while another process holds the port.
+func TestRestartOnTakenPort(t *testing.T) {
+	ms := redlocktest.NewMasters(t, 1)
+	m := ms[0]
+	ctx := t.Context()
+	require.NoError(t, m.Kill(ctx))
+	taker, err := net.Listen("tcp", m.Addr())
+	require.NoError(t, err, "the port is free while the master is killed")
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = m.Restart(short)
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "retried until the context ended")
+	assert.False(t, m.Running())
+	require.NoError(t, taker.Close())
+	require.NoError(t, m.Restart(ctx))
+	require.NoError(t, m.Client().Ping(ctx).Err())
 }

@@ -28,8 +28,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,9 +47,11 @@ import (
 // are safe for concurrent use, and block until the change is in effect.
 type Master struct {
 	name string
-	ln   net.Listener // the proxy's; open from NewMasters to the cleanup
+	addr string // the proxy's, the same across Kill and Restart
 
 	mu      sync.Mutex
+	ln      net.Listener         // the proxy's; nil while killed
+	gen     uint64               // counts kills: a connection accepted before one is not served
 	srv     *miniredis.Miniredis // nil while killed
 	conns   map[net.Conn]struct{}
 	paused  chan struct{} // closed on Resume; nil when not paused
@@ -80,24 +87,67 @@ func Clients(ms []*Master) []*redis.Client {
 }
 
 func start(name string) (*Master, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFixed()
 	if err != nil {
 		return nil, err
 	}
-	m := &Master{name: name, ln: ln, conns: map[net.Conn]struct{}{}}
+	m := &Master{name: name, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
 	if err := m.startServer(); err != nil {
 		_ = ln.Close()
 		return nil, err
 	}
 	m.client = redis.NewClient(&redis.Options{
-		Addr:                  ln.Addr().String(),
+		Addr:                  m.addr,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1, // a failed command is reported, never replayed
 		DialTimeout:           time.Second,
 	})
-	m.wg.Add(1)
-	go m.accept()
+	m.serveOn(ln)
 	return m, nil
+}
+
+// listenFixed listens on a free port of 127.0.0.1 below the kernel's range
+// of ephemeral ports where it can tell that range (Linux). A killed master
+// closes its listener and Restart opens the port again: an outgoing
+// connection, whose local port comes from that range, could take it
+// meanwhile and keep it.
+func listenFixed() (net.Listener, error) {
+	if low := ephemeralLow(); low > minFixedPort {
+		for range 100 { // a taken port is a clash with another process: try another
+			port := minFixedPort + rand.IntN(low-minFixedPort)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				return ln, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
+}
+
+// minFixedPort is the lowest port listenFixed picks: above the well-known
+// and most registered services' ports.
+const minFixedPort = 10000
+
+// ephemeralLow returns the lowest ephemeral port of the kernel, 0 where it
+// cannot tell.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	low, _ := strconv.Atoi(f[0])
+	return low
+}
+
+// serveOn makes ln the proxy's listener and accepts on it until it closes.
+// m.mu must be held, or m not yet shared.
+func (m *Master) serveOn(ln net.Listener) {
+	m.ln = ln
+	m.wg.Add(1)
+	go m.accept(ln, m.gen)
 }
 
 // startServer starts an empty miniredis with keys expiring in real time.
@@ -116,7 +166,7 @@ func (m *Master) Name() string { return m.name }
 
 // Addr returns the host:port clients dial. It stays the same across Kill
 // and Restart.
-func (m *Master) Addr() string { return m.ln.Addr().String() }
+func (m *Master) Addr() string { return m.addr }
 
 // Client returns a go-redis client for the master, with ContextTimeoutEnabled
 // and no retries, as redlock wants; the cleanup closes it.
@@ -133,9 +183,10 @@ func (m *Master) Miniredis() *miniredis.Miniredis {
 // Running reports whether the master is up (a paused master is).
 func (m *Master) Running() bool { return m.Miniredis() != nil }
 
-// Kill stops the master as SIGKILL would: its connections close, new ones
-// are refused (closed at once), and its data is gone. Killing a killed
-// master does nothing. The context is not used: it returns at once.
+// Kill stops the master as SIGKILL would: its connections close, dials
+// are refused (the proxy stops listening: ECONNREFUSED), and its data is
+// gone. Killing a killed master does nothing. The context is not used: it
+// returns at once.
 func (m *Master) Kill(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -144,6 +195,11 @@ func (m *Master) Kill(context.Context) error {
 }
 
 func (m *Master) killLocked() {
+	if m.ln != nil {
+		_ = m.ln.Close() // dials are refused from here on
+		m.ln = nil
+		m.gen++
+	}
 	for c := range m.conns {
 		_ = c.Close()
 	}
@@ -159,16 +215,53 @@ func (m *Master) killLocked() {
 
 // Restart starts the master again with no data and no cached scripts, as a
 // redis-server without persistence would come back, killing it first if
-// it runs. After the test's cleanup it fails.
-func (m *Master) Restart(context.Context) error {
+// it runs. It listens on Addr again: where another process took the port
+// meanwhile, it retries for up to 5s, bounded by ctx too, and then fails
+// with the master still killed. After the test's cleanup it fails.
+func (m *Master) Restart(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
 		return fmt.Errorf("redlocktest: %s: restart after cleanup", m.name)
 	}
 	m.killLocked()
-	return m.startServer()
+	ln, err := relisten(ctx, m.addr)
+	if err != nil {
+		return fmt.Errorf("redlocktest: %s: restart: %w", m.name, err)
+	}
+	if err := m.startServer(); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("redlocktest: %s: restart: %w", m.name, err)
+	}
+	m.serveOn(ln)
+	return nil
 }
+
+// relisten listens on addr again, retrying every rebindWait for up to
+// rebindTimeout while the port is taken, and no longer than ctx.
+func relisten(ctx context.Context, addr string) (net.Listener, error) {
+	deadline := time.Now().Add(rebindTimeout)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			return ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || !time.Now().Before(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-time.After(rebindWait):
+		}
+	}
+}
+
+// How long, and how often, Restart tries to listen on a taken port again.
+const (
+	rebindTimeout = 5 * time.Second
+	rebindWait    = 20 * time.Millisecond
+)
 
 // Pause freezes the master as SIGSTOP would: connections stay open, but
 // nothing is answered, and new connections are not served, until Resume.
@@ -220,10 +313,12 @@ func (m *Master) gate() (delay time.Duration, addr string, ok bool) {
 	}
 }
 
-func (m *Master) accept() {
+// accept serves the connections of ln, the listener of generation gen,
+// until Kill or the cleanup closes it.
+func (m *Master) accept(ln net.Listener, gen uint64) {
 	defer m.wg.Done()
 	for {
-		c, err := m.ln.Accept()
+		c, err := ln.Accept()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
@@ -232,12 +327,13 @@ func (m *Master) accept() {
 			continue
 		}
 		m.wg.Add(1)
-		go m.serve(c)
+		go m.serve(c, gen)
 	}
 }
 
-// serve relays one client connection to the server, through the gate.
-func (m *Master) serve(c net.Conn) {
+// serve relays one client connection, accepted in generation gen, to the
+// server, through the gate. A kill since then closes it, as SIGKILL would.
+func (m *Master) serve(c net.Conn, gen uint64) {
 	defer m.wg.Done()
 	_, addr, ok := m.gate()
 	if !ok || addr == "" {
@@ -250,7 +346,7 @@ func (m *Master) serve(c net.Conn) {
 		return
 	}
 	m.mu.Lock()
-	if m.closing || m.srv == nil || m.srv.Addr() != addr {
+	if m.closing || m.gen != gen || m.srv == nil || m.srv.Addr() != addr {
 		m.mu.Unlock()
 		_ = c.Close()
 		_ = s.Close()
@@ -303,7 +399,6 @@ func (m *Master) close() {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
-	_ = m.Kill(context.Background())
-	_ = m.ln.Close()
+	_ = m.Kill(context.Background()) // closes the listener too
 	m.wg.Wait()
 }

@@ -49,9 +49,14 @@ type ReaderView struct {
 
 // Holder is one owner's hold as a quorum sees it.
 type Holder struct {
-	Owner   string     `json:"owner"`
-	Nonce   string     `json:"nonce,omitempty"`
-	Token   string     `json:"token,omitempty"`
+	Owner string `json:"owner"`
+	Nonce string `json:"nonce,omitempty"`
+	// Token is the fencing token a majority of the hold's masters agree on
+	// (see agreedToken); empty when none does.
+	Token string `json:"token,omitempty"`
+	// Tokens, set only when Token is empty, are the distinct tokens its
+	// masters hold, in numeric order; a value that is not a uint64 last.
+	Tokens  []string   `json:"tokens,omitempty"`
 	Masters int        `json:"masters"`         // masters where the hold is live
 	Held    bool       `json:"held"`            // on a quorum of them
 	Until   *time.Time `json:"until,omitempty"` // held: when fewer than a quorum will hold it, at the latest; nil without expiry
@@ -150,7 +155,7 @@ func ms(d time.Duration) int64 {
 func quorumView(v *LockView) (writer *Holder, readers []Holder) {
 	type id struct{ owner, nonce string }
 	ttls := map[id][]int64{}
-	tokens := map[id]string{}
+	tokens := map[id][]string{}
 	var writers, reads []id
 	for _, m := range v.Masters {
 		if m.Owner != "" && m.TTLms != -2 {
@@ -159,7 +164,7 @@ func quorumView(v *LockView) (writer *Holder, readers []Holder) {
 				writers = append(writers, w)
 			}
 			ttls[w] = append(ttls[w], m.TTLms)
-			tokens[w] = max(tokens[w], m.Token) // equal lengths in practice; any is fine for display
+			tokens[w] = append(tokens[w], m.Token)
 		}
 		for _, r := range m.Readers {
 			k := id{"reader " + r.Owner, r.Nonce}
@@ -179,7 +184,8 @@ func quorumView(v *LockView) (writer *Holder, readers []Holder) {
 			return ms
 		}
 		slices.SortFunc(t, func(a, b int64) int { return cmp.Compare(rank(b), rank(a)) })
-		h := Holder{Owner: owner, Nonce: k.nonce, Token: tokens[k], Masters: len(t), Held: len(t) >= v.Quorum}
+		h := Holder{Owner: owner, Nonce: k.nonce, Masters: len(t), Held: len(t) >= v.Quorum}
+		h.Token, h.Tokens = agreedToken(tokens[k])
 		if left := t[min(v.Quorum, len(t))-1]; h.Held && left >= 0 {
 			until := v.At.Add(time.Duration(left) * time.Millisecond)
 			h.Until = &until
@@ -196,6 +202,66 @@ func quorumView(v *LockView) (writer *Holder, readers []Holder) {
 		readers = append(readers, holder(r, strings.TrimPrefix(r.owner, "reader ")))
 	}
 	return writer, readers
+}
+
+// agreedToken returns the token that more than half of a hold's masters
+// hold, or "" and the distinct tokens when none does. That is the Lock's
+// token unless masters failed since: the Lock takes the largest token of
+// the quorum that granted it, and the fence round raises a quorum to it
+// where they differ (see raiseFence in lock.go). Neither the largest nor
+// the smallest token would do. A master where a repair set the lock again
+// keeps its counter where that passed the token (see "repair" in
+// scripts.lua). A master of the granting quorum that the fence round
+// missed keeps a smaller token. A token that is not a uint64 in canonical
+// decimal never counts as agreed.
+func agreedToken(tokens []string) (token string, disputed []string) {
+	count := map[string]int{}
+	for _, tok := range tokens {
+		if _, ok := parseToken(tok); ok {
+			count[tok]++ // canonical text: equal text is equal value
+		}
+	}
+	for tok, n := range count {
+		if 2*n > len(tokens) {
+			return tok, nil
+		}
+	}
+	for _, tok := range tokens {
+		if !slices.Contains(disputed, tok) {
+			disputed = append(disputed, tok)
+		}
+	}
+	slices.SortFunc(disputed, func(a, b string) int {
+		x, okA := parseToken(a)
+		y, okB := parseToken(b)
+		switch {
+		case okA && okB:
+			return cmp.Compare(x, y)
+		case okA != okB: // a valid token first
+			if okA {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return "", disputed
+}
+
+// parseToken reads a token stored on a master: a uint64 in canonical
+// decimal. ok is false for anything else (a leading zero, a sign, too
+// large), which no redlock script writes.
+func parseToken(s string) (n uint64, ok bool) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil && strconv.FormatUint(n, 10) == s
+}
+
+// tokenText is how printLock names a held lock's token.
+func tokenText(h *Holder) string {
+	if h.Token == "" && len(h.Tokens) > 0 {
+		return "no token agreed (its masters hold " + strings.Join(h.Tokens, ", ") + ")"
+	}
+	return "token " + dash(h.Token)
 }
 
 // printLock writes v as a table and the quorum's view.
@@ -224,8 +290,8 @@ func printLock(w io.Writer, v *LockView) {
 	case h == nil && len(v.Readers) == 0:
 		fmt.Fprintln(w, "quorum: not held")
 	case h != nil && h.Held:
-		fmt.Fprintf(w, "quorum: held by %s (Lock %s) on %d of %d masters %s, token %s\n",
-			h.Owner, h.Nonce, h.Masters, len(v.Masters), untilText(h.Until, v.At), dash(h.Token))
+		fmt.Fprintf(w, "quorum: held by %s (Lock %s) on %d of %d masters %s, %s\n",
+			h.Owner, h.Nonce, h.Masters, len(v.Masters), untilText(h.Until, v.At), tokenText(h))
 	case h != nil:
 		fmt.Fprintf(w, "quorum: not held; %s holds it on %d of %d masters only\n", h.Owner, h.Masters, len(v.Masters))
 	}
