@@ -307,8 +307,12 @@ func (e *masterProblem) Unwrap() error { return e.err }
 //     lacks run_id or role;
 //   - one whose INFO failed or did not answer in time.
 //
-// Later rounds use what it learned. It does not check that the masters are
-// reachable for scripts, nor anything about their data or clocks.
+// Later rounds use what it learned: the first one identifies no master
+// again unless its pool opened a connection since (the first round loads
+// the scripts' library, where no LoadScripts did, before it starts, and
+// identifies a master again if that opened one; neither counts toward
+// MasterTimeout). It does not check that the masters are reachable for
+// scripts, nor anything about their data or clocks.
 //
 // Verify asks all masters in parallel and blocks until every one answered,
 // for at most 4*MasterTimeout whatever ctx allows (a master that has not

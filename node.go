@@ -216,6 +216,7 @@ type node struct {
 	pipe    *pipeline.Pipeline // calls made while one is in flight go out together
 	timeout time.Duration      // MasterTimeout: the first cleanup try's wait
 	id      *idCache           // the server it reaches; nil if it cannot be asked
+	prep    *preparation       // its setup under way, if any (see Client.prepare)
 }
 
 // eval runs s on the master, through its pipeline, and waits for its reply

@@ -63,6 +63,11 @@ type Options struct {
 	// must be longer than it. It must be at least 1ms. For the in-flight call itself to stop at the
 	// timeout, build the go-redis clients with ContextTimeoutEnabled: true;
 	// redlock decides at the timeout either way.
+	// It counts from when a round starts, after the masters' setup: a
+	// master's first connections, the load of the scripts' library and the
+	// identification of its server (see New) are done before, so that a
+	// fresh client's first round is decided like any later one. The wait
+	// for that setup is bounded by 4*MasterTimeout (see Client.Acquire).
 	// Default: 50ms (DefaultMasterTimeout).
 	MasterTimeout time.Duration
 
@@ -189,7 +194,10 @@ type Client struct {
 // new connection (as its PoolStats tell: New installs nothing on the
 // clients): a replica's answers do not count, and of two masters that are
 // one server and agree in a round only one counts (the other gets a
-// *SameServerError in the QuorumError). Verify checks every master up front.
+// *SameServerError in the QuorumError). An acquire identifies the masters
+// that need it before its round starts; a round identifies only those whose
+// pool opened a connection for its call itself. Verify checks every master
+// up front.
 //
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not
@@ -270,7 +278,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		}
 		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n))
 		pipe.UseFunctions(functions)
-		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe}
+		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe, prep: &preparation{}}
 	}
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	return c, nil
@@ -487,7 +495,11 @@ func (c *Client) abortPipes() {
 // the key would have expired anyway; it returns an error wrapping
 // ErrNotObtained, and a *QuorumError tells each master's part.
 //
-// Acquire blocks until the quorum is decided, at most MasterTimeout. A
+// Acquire blocks until the quorum is decided, at most MasterTimeout after
+// the round starts. Before it, while fewer than a quorum of masters are
+// set up (a fresh client, or one whose pool opened a connection: see
+// Options.MasterTimeout), it waits for their setup, then for the others
+// twice as long as that took, for at most 4*MasterTimeout. A
 // failed attempt also waits for one try, bounded by MasterTimeout, to
 // release the masters it saw agree, and briefly (twice as long as the
 // decision took, if a master replied by then) for the masters that have

@@ -70,29 +70,74 @@ func (p *Pipeline) UseFunctions(f *Functions) {
 }
 
 // probeLocked starts loading the library in the background, bounded by
-// limit, unless it is known whether the master takes it, a load is under
-// way, or the last one ended less than probeInterval ago. p.mu must be
-// held, and p not closed.
+// limit, if a load is due (see claimProbeLocked). p.mu must be held, and p
+// not closed.
 func (p *Pipeline) probeLocked() {
-	if p.fns == nil || p.fnState.Load() != fnUnknown || p.probing || time.Since(p.probed) < probeInterval {
+	if !p.claimProbeLocked() {
 		return
 	}
-	p.probing = true
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), p.limit)
-		err := p.loadFunctions(ctx, true)
+		p.probe(ctx)
 		cancel()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.probing, p.probed = false, time.Now()
-		if err != nil && p.fnState.Load() == fnUnknown {
-			if p.probes++; p.probes >= maxProbes {
-				p.fnState.Store(fnOff)
-			}
-		}
 	}()
+}
+
+// claimProbeLocked reports whether a load of the library is due, and marks
+// one under way if so: it is unknown whether the master takes it, no load
+// is under way, and the last one ended at least probeInterval ago. p.mu
+// must be held.
+func (p *Pipeline) claimProbeLocked() bool {
+	if p.fns == nil || p.fnState.Load() != fnUnknown || p.probing || time.Since(p.probed) < probeInterval {
+		return false
+	}
+	p.probing = true
+	return true
+}
+
+// probe loads the library under ctx and records how the load claimed by
+// claimProbeLocked ended.
+func (p *Pipeline) probe(ctx context.Context) {
+	err := p.loadFunctions(ctx, true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probing, p.probed = false, time.Now()
+	if err != nil && p.fnState.Load() == fnUnknown {
+		if p.probes++; p.probes >= maxProbes {
+			p.fnState.Store(fnOff)
+		}
+	}
+}
+
+// ProbeDue reports whether p's next call would start loading the library
+// in the background (see UseFunctions).
+func (p *Pipeline) ProbeDue() bool {
+	if p.fns == nil || p.fnState.Load() != fnUnknown {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed && !p.probing && time.Since(p.probed) >= probeInterval
+}
+
+// Probe is the load of the library that p's next call would start (see
+// ProbeDue), made now: the connection it opens, if any, is then open
+// before the call. It blocks until the master answers, ctx ends or limit
+// passes; if no load is due it returns at once.
+func (p *Pipeline) Probe(ctx context.Context) {
+	p.mu.Lock()
+	if p.closed || !p.claimProbeLocked() {
+		p.mu.Unlock()
+		return
+	}
+	p.wg.Add(1) // Close waits for it
+	p.mu.Unlock()
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(ctx, p.limit)
+	defer cancel()
+	p.probe(ctx)
 }
 
 // LoadFunctions loads the library given to UseFunctions on the master, if

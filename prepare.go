@@ -1,0 +1,130 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// preparation is the setup of one master that the calls of a round must
+// not wait for: opening its connections, loading the functions' library,
+// identifying the server. At most one is under way per master.
+type preparation struct {
+	mu   sync.Mutex
+	done chan struct{} // closed when the one under way ends; nil if none
+}
+
+// unprepared reports whether master i has setup to do before a call: its
+// library's load is due (see pipeline.ProbeDue), or its server must be
+// identified (see idCache.fresh), which opens the connections it lacks.
+func (c *Client) unprepared(i int) bool {
+	nd := &c.nodes[i]
+	return nd.id != nil && nd.id.fresh() == nil || nd.pipe.ProbeDue()
+}
+
+// prepare does the masters' setup before a round starts, so that it does
+// not count toward the round's MasterTimeout: a fresh client's first
+// round, or one after a master's pool opened a connection, is then decided
+// like any other. It waits while fewer than a quorum of masters are ready,
+// then for the others twice as long as that took (at least
+// minStragglerWait), for at most lateCallFactor*MasterTimeout in all, or
+// until ctx ends; setup still under way then goes on in the background,
+// under the same bound, and Close waits for it. Where a quorum is ready
+// already it waits for nothing.
+func (c *Client) prepare(ctx context.Context) {
+	var todo uint64 // masters with setup to do
+	ready := len(c.nodes)
+	for i := range c.nodes {
+		if c.unprepared(i) {
+			todo |= 1 << i
+			ready--
+		}
+	}
+	if todo == 0 {
+		return
+	}
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	prepared := make(chan struct{}, len(c.nodes))
+	pending := 0
+	for i := range c.nodes {
+		if todo&(1<<i) == 0 {
+			continue
+		}
+		done := c.startPreparation(i)
+		if ready >= c.quorum {
+			continue
+		}
+		pending++
+		go func() {
+			select {
+			case <-done:
+				prepared <- struct{}{}
+			case <-stop:
+			}
+		}()
+	}
+	c.mu.RUnlock()
+	if pending == 0 {
+		return
+	}
+	start := time.Now()
+	bound := time.NewTimer(lateCallFactor * c.masterTimeout)
+	defer bound.Stop()
+	var grace <-chan time.Time
+	for ; pending > 0; pending-- {
+		select {
+		case <-prepared:
+			if ready++; ready == c.quorum {
+				t := time.NewTimer(max(2*time.Since(start), minStragglerWait))
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			return
+		case <-bound.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// startPreparation starts the setup of master i, unless one is under way,
+// and returns a channel closed when it ends. c.mu must be read-locked, and
+// c not closed.
+func (c *Client) startPreparation(i int) <-chan struct{} {
+	nd := &c.nodes[i]
+	p := nd.prep
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		return p.done
+	}
+	done := make(chan struct{})
+	p.done = done
+	c.inflight.Add(1)
+	go func() {
+		defer c.inflight.Done()
+		// Shared by the rounds that wait for it: no caller's context
+		// ends it, only its bound or Close giving up.
+		ctx, cancel := context.WithTimeout(context.Background(), lateCallFactor*c.masterTimeout)
+		defer cancel()
+		defer context.AfterFunc(c.abandon, cancel)()
+		// The load first: a connection it opens is then identified too.
+		nd.pipe.Probe(ctx)
+		if nd.id != nil {
+			_, _ = nd.id.get(ctx) // an error is left to the round's admit
+		}
+		p.mu.Lock()
+		p.done = nil
+		p.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
