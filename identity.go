@@ -146,6 +146,10 @@ func (id *idCache) fresh() *serverID {
 	return nil
 }
 
+// known reports whether the server was ever identified, or found to be
+// unidentifiable, without reading the pool's statistics.
+func (id *idCache) known() bool { return id.current.Load() != nil }
+
 // refresh makes the next get ask the server again.
 func (id *idCache) refresh() { id.asked.Add(1) }
 

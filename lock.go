@@ -254,6 +254,11 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 			o.grantWithin = l.ttl / 4
 		}
 	}
+	if holds == 1 {
+		// A new lock's round, and its validity, start once the masters
+		// are set up: setup must not spend its MasterTimeout.
+		c.prepare(ctx)
+	}
 	res, err := c.do(ctx, o)
 	if err != nil {
 		if holds > 1 {

@@ -14,18 +14,19 @@ type preparation struct {
 	done chan struct{} // closed when the one under way ends; nil if none
 }
 
-// unprepared reports whether master i has setup to do before a call: its
-// library's load is due (see pipeline.ProbeDue), or its server must be
-// identified (see idCache.fresh), which opens the connections it lacks.
+// unprepared reports whether master i has setup to do before an acquire:
+// its library's load is due (see pipeline.ProbeDue), or its server was
+// never identified, which opens the connections it lacks. Two atomic loads
+// in the steady state: no PoolStats, which allocates, on every acquire.
 func (c *Client) unprepared(i int) bool {
 	nd := &c.nodes[i]
-	return nd.id != nil && nd.id.fresh() == nil || nd.pipe.ProbeDue()
+	return nd.id != nil && !nd.id.known() || nd.pipe.ProbeDue()
 }
 
-// prepare does the masters' setup before a round starts, so that it does
-// not count toward the round's MasterTimeout: a fresh client's first
-// round, or one after a master's pool opened a connection, is then decided
-// like any other. It waits while fewer than a quorum of masters are ready,
+// prepare does the masters' setup before an acquire's round starts, so
+// that it does not count toward the round's MasterTimeout: a fresh
+// client's first acquire is then decided like any other. (A round after a
+// pool opened a connection still identifies that master within it.) It waits while fewer than a quorum of masters are ready,
 // then for the others twice as long as that took (at least
 // minStragglerWait), for at most lateCallFactor*MasterTimeout in all, or
 // until ctx ends; setup still under way then goes on in the background,

@@ -194,9 +194,6 @@ const replyWaited = 2
 //
 // On failure it returns a *QuorumError.
 func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
-	if !o.keep { // a release goes out at once
-		c.prepare(ctx)
-	}
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()

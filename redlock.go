@@ -63,11 +63,11 @@ type Options struct {
 	// must be longer than it. It must be at least 1ms. For the in-flight call itself to stop at the
 	// timeout, build the go-redis clients with ContextTimeoutEnabled: true;
 	// redlock decides at the timeout either way.
-	// It counts from when a round starts, after the masters' setup: a
-	// master's first connections, the load of the scripts' library and the
-	// identification of its server (see New) are done before, so that a
-	// fresh client's first round is decided like any later one. The wait
-	// for that setup is bounded by 4*MasterTimeout (see Client.Acquire).
+	// It counts from when a round starts. An acquire sets the masters up
+	// before its round (their first connections, the load of the scripts'
+	// library, the identification of each server: see New), so that a
+	// fresh client's first acquire is decided like any later one; that
+	// wait is bounded by 4*MasterTimeout (see Client.Acquire).
 	// Default: 50ms (DefaultMasterTimeout).
 	MasterTimeout time.Duration
 
