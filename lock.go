@@ -73,9 +73,13 @@ type Lock struct {
 	releaseMiss uint64 // masters where the last release found nothing
 	lateUnknown uint64 // masters of lateAgreed whose outcome is unknown (see unanswered)
 
-	sigMu   sync.Mutex // guards the lost-lock signal
+	sigMu   sync.Mutex // guards the lost-lock signal and the events below
 	sig     *lostSignal
 	lostErr error
+	// events wait to be reported to the Observer; reporting: a goroutine
+	// is reporting them (see report).
+	events    []queuedEvent
+	reporting bool
 }
 
 var (
@@ -156,11 +160,16 @@ func (l *Lock) Held() bool {
 	return l.check() == nil && !l.lost.Load() && !l.client.closing.Load() && time.Now().Before(l.Until())
 }
 
-// setUntil moves the deadline to t, unless the lock was already declared
-// lost: then it returns that error, and Done and Held stay consistent.
+// setUntil moves the deadline to t, unless the lock was already lost, or
+// its validity ran out before (even if nobody watched): then it returns
+// why, and Done and Held stay consistent. The caller reports the
+// EventLost it may queue.
 func (l *Lock) setUntil(t time.Time) error {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
+	if l.until.Load() != 0 && l.expireLocked() { // 0: the first acquire
+		return l.lostErr
+	}
 	if l.lostErr != nil {
 		return l.lostErr
 	}
@@ -469,11 +478,13 @@ func (l *Lock) Reenter(ctx context.Context) error {
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.checkHeld("reenter"); err != nil {
-		return err
+	err := l.checkHeld("reenter")
+	if err == nil {
+		err = l.take(ctx, l.holds+1)
 	}
-	return l.take(ctx, l.holds+1)
+	l.mu.Unlock()
+	l.reportOrPanic() // the loss the round may have found
+	return err
 }
 
 func (l *Lock) checkHeld(op string) error {
@@ -509,10 +520,15 @@ func (l *Lock) checkHeld(op string) error {
 // Extend blocks until the quorum is decided, at most MasterTimeout after
 // any Reenter, Release or renewal of the same Lock under way.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	return l.extend(ctx, ttl, "extend")
+	err := l.extend(ctx, ttl, "extend")
+	if l.check() == nil {
+		l.reportOrPanic() // the loss the round may have found
+	}
+	return err
 }
 
 // extend is Extend; name names the call in errors ("extend", "renew").
+// The caller reports the EventLost it may queue.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error {
 	if err := l.check(); err != nil {
 		return err
@@ -634,14 +650,17 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 	}
 	acquired := l.holds > 0 // take got as far as reporting it
 	l.holds = 0
-	l.until.Store(0)
 	l.sigMu.Lock()
+	l.until.Store(0)
 	l.loseLocked(ErrReleased)
 	l.sigMu.Unlock()
 	err := l.releaseRound(context.WithoutCancel(ctx), 0, nil)
 	if acquired {
-		l.observe(ctx, EventReleased, err)
+		l.sigMu.Lock()
+		l.queueLocked(ctx, EventReleased, err)
+		l.sigMu.Unlock()
 	}
+	_, _ = l.report()
 }
 
 // Release gives up one hold; the last one deletes the lock on every master
@@ -703,9 +722,9 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	l.holds--
 	if l.holds == 0 {
 		l.released.Store(true) // before the round: see lateAgreement
+		l.sigMu.Lock()         // one step, so that no loss comes between
+		l.lostBeforeRelease = l.expireLocked()
 		l.until.Store(0)
-		l.sigMu.Lock() // one step, so that no loss comes between
-		l.lostBeforeRelease = l.lostErr != nil
 		l.loseLocked(ErrReleased)
 		l.sigMu.Unlock()
 	}
@@ -714,10 +733,13 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	// MasterTimeout.
 	err := l.releaseRound(context.WithoutCancel(ctx), l.holds, queued)
 	if l.holds == 0 {
-		l.observe(ctx, EventReleased, err)
+		l.sigMu.Lock()
+		l.queueLocked(ctx, EventReleased, err)
+		l.sigMu.Unlock()
 	} else if err != nil {
 		l.loseIfRefused(err)
 	}
+	l.reportOrPanic()
 	return err
 }
 

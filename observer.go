@@ -7,19 +7,31 @@ import (
 
 // Observer receives every quorum round a Client runs and the lifecycle
 // events of its locks (Options.Observer). Its methods are called
-// synchronously, on the goroutine that decided the round or saw the event,
-// so they must be fast and must not call back into the Client nor its
-// Locks: a Lock's EventLost, EventRenewed and EventRenewalFailed are
-// reported under a mutex that the Lock's Done, Err and Extend, and
-// Client.Close, also take. They may be called concurrently. ctx is the
-// caller's context of the operation, for tracing; it may have ended.
-// Without an Observer (the default) nothing is measured.
+// synchronously, on the goroutine that decided the round or saw the event:
+// the caller's, or the library's own (auto-renewal, the expiry timer). They
+// may be called concurrently, and must be fast and must not call back into
+// the Client nor its Locks. ctx is the caller's context of the operation,
+// for tracing; it may have ended.
+//
+// They must not panic. A panic on the caller's goroutine reaches the caller
+// once the Lock's state is consistent (an Acquire that panics releases
+// the lock it got). A panic on the library's goroutines is recovered and
+// dropped, so that renewal and expiry go on and the process lives; the
+// Observer is not told.
+//
+// They should not block. A Lock's events are reported outside its
+// mutexes, so a blocked Observer does not hold up Done, Err, Context or
+// Held. It holds up the goroutine it blocks: an operation of the Lock on
+// the caller's goroutine, or the Lock's renewal, which Release and
+// Client.Close wait for. It also holds up the Lock's later events, which
+// are reported after it, in order, by the goroutine it blocks.
 //
 // One Lock's events come in order. Those of different Locks, even of one
 // key in one process, need not: a last release hands the lock on to the
 // process's next waiter before its round is decided, so the next holder's
 // EventAcquired may come before the previous holder's EventReleased. Order
-// one key's holders by Token, not by arrival.
+// one key's holders by Token, not by arrival. Without an Observer (the
+// default) nothing is measured.
 type Observer interface {
 	ObserveRound(ctx context.Context, r Round)
 	ObserveEvent(ctx context.Context, e Event)
@@ -97,12 +109,15 @@ type Event struct {
 	Err     error
 }
 
-// observe reports an event of l, if the client has an Observer.
+// observe reports an event of l, if the client has an Observer, at once.
+// Only for events that no other of l's can precede (EventAcquired).
 func (l *Lock) observe(ctx context.Context, kind EventKind, err error) {
-	o := l.client.observer
-	if o == nil {
-		return
+	if o := l.client.observer; o != nil {
+		o.ObserveEvent(ctx, l.event(kind, err))
 	}
+}
+
+func (l *Lock) event(kind EventKind, err error) Event {
 	e := Event{Kind: kind, Key: l.key, Read: l.mode == readMode, Token: l.token, Err: err}
 	switch kind {
 	case EventReleased:
@@ -111,5 +126,96 @@ func (l *Lock) observe(ctx context.Context, kind EventKind, err error) {
 	default:
 		e.Until = l.Until()
 	}
-	o.ObserveEvent(ctx, e)
+	return e
 }
+
+// queuedEvent is an event of a Lock waiting to be reported.
+type queuedEvent struct {
+	ctx context.Context
+	e   Event
+}
+
+// queueLocked queues an event of l, if the client has an Observer; the
+// caller reports it once it has let go of sigMu (see report). Queued
+// under sigMu, l's events keep the order of the changes they tell of.
+func (l *Lock) queueLocked(ctx context.Context, kind EventKind, err error) {
+	if l.client.observer != nil {
+		l.events = append(l.events, queuedEvent{ctx, l.event(kind, err)})
+	}
+}
+
+// report hands l's queued events to the Observer, in order, on this
+// goroutine; if another goroutine is already doing so, it leaves them to
+// that one and returns at once. It calls the Observer without sigMu, so
+// that a blocked Observer does not block Done, Err or Client.Close. A
+// panic of the Observer is recovered, the events after it reported all
+// the same, and the first one returned (panicked), for the caller to
+// drop on the library's goroutines or to raise again on the caller's.
+func (l *Lock) report() (p any, panicked bool) {
+	o := l.client.observer
+	if o == nil {
+		return nil, false
+	}
+	l.sigMu.Lock()
+	if l.reporting {
+		l.sigMu.Unlock()
+		return nil, false
+	}
+	l.reporting = true
+	locked := true
+	// Should the Observer end the goroutine (runtime.Goexit), the next
+	// report takes over.
+	defer func() {
+		if !locked {
+			l.sigMu.Lock()
+		}
+		l.reporting = false
+		l.sigMu.Unlock()
+	}()
+	for len(l.events) > 0 {
+		q := l.events[0]
+		l.events[0] = queuedEvent{}
+		l.events = l.events[1:]
+		l.sigMu.Unlock()
+		locked = false
+		v, ok := observeEvent(o, q)
+		l.sigMu.Lock()
+		locked = true
+		if ok && !panicked {
+			p, panicked = v, true
+		}
+	}
+	l.events = nil
+	return p, panicked
+}
+
+// observeEvent calls o with q, and returns its panic, if any.
+func observeEvent(o Observer, q queuedEvent) (p any, panicked bool) {
+	panicked = true
+	defer func() {
+		if panicked {
+			p = recover()
+		}
+	}()
+	o.ObserveEvent(q.ctx, q.e)
+	return nil, false
+}
+
+// reportOrPanic reports l's queued events (see report) on the caller's
+// goroutine, where the Observer's first panic goes on.
+func (l *Lock) reportOrPanic() {
+	if p, panicked := l.report(); panicked {
+		panic(p)
+	}
+}
+
+type backgroundKey struct{}
+
+// inBackground marks ctx as that of a goroutine of the library's own
+// (auto-renewal), whose rounds' Observer panics are dropped (see
+// observeRound); its events' are dropped by report's callers there.
+func inBackground(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
+
+func isBackground(ctx context.Context) bool { return ctx.Value(backgroundKey{}) != nil }

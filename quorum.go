@@ -320,8 +320,12 @@ func (c *Client) withdraw(r *round, elapsed time.Duration) {
 }
 
 // observeRound reports a decided round to the Observer. qe is the round's
-// error, nil if it succeeded.
+// error, nil if it succeeded. On the renewal's goroutine (see
+// inBackground) the Observer's panic is dropped, so that renewal goes on.
 func (c *Client) observeRound(ctx context.Context, r *round, res outcome, elapsed time.Duration, qe *QuorumError, timedOut bool) {
+	if isBackground(ctx) {
+		defer func() { _ = recover() }()
+	}
 	o := r.op
 	rd := Round{Op: o.name, Key: o.key, Start: r.start, Elapsed: elapsed}
 	if qe != nil {

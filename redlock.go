@@ -414,13 +414,21 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // up to the client's Dialer.Timeout). Keys it gave up on expire with
 // their TTL. Nothing is left running afterwards.
 // Later operations return ErrClosed; calling Close again waits the same
-// way. Close does not close the go-redis clients.
+// way. Close does not close the go-redis clients. A panic of the Observer
+// on an EventLost that Close reports reaches the caller once Close has
+// done all of the above.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	var observerPanic any
+	defer func() {
+		if observerPanic != nil { // once Close has done its work
+			panic(observerPanic)
+		}
+	}()
 	defer c.stopTimeouts() // last: once the pipelines are closed, no round is pending
-	c.closeLocks()
+	observerPanic = c.closeLocks()
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -679,8 +687,9 @@ func (c *Client) addRenewal() bool {
 
 // closeLocks ends every live lock with ErrClosed and waits for the
 // renewals to stop. Locks without a signal need nothing: Held and Err
-// check closing.
-func (c *Client) closeLocks() {
+// check closing. An Observer's panic on EventLost does not stop it: it
+// returns the first, for Close to raise once it has done its work.
+func (c *Client) closeLocks() (observerPanic any) {
 	c.locksMu.Lock()
 	c.closing.Store(true)
 	locks := c.locks
@@ -688,6 +697,10 @@ func (c *Client) closeLocks() {
 	c.locksMu.Unlock()
 	for l := range locks {
 		l.lose(ErrClosed)
+		if p, panicked := l.report(); panicked && observerPanic == nil {
+			observerPanic = p
+		}
 	}
 	c.renewals.Wait()
+	return observerPanic
 }

@@ -12,7 +12,7 @@ type lostSignal struct {
 	done   chan struct{}
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer // fires at the lock's deadline
+	timer  *time.Timer // fires at the lock's deadline; nil if made lost
 }
 
 // endedSignal returns a signal that fired with err.
@@ -32,8 +32,22 @@ var (
 
 // signal returns the lock's lost-lock signal, made on first use so that
 // locks nobody watches cost nothing. A lock with a signal is tracked by
-// its client until it is lost, so that Client.Close can end it.
+// its client until it is lost, so that Client.Close can end it. The
+// signal is closed when it returns if the lock's validity has run out:
+// Done, Err and Context agree with Until at every instant, and only those
+// who wait need the timer. An event this queues (EventLost) is reported
+// on the caller's goroutine.
 func (l *Lock) signal() *lostSignal {
+	s := l.watch()
+	if l.check() == nil {
+		l.reportOrPanic()
+	}
+	return s
+}
+
+// watch is signal, but leaves the event it may queue to the caller to
+// report.
+func (l *Lock) watch() *lostSignal {
 	switch {
 	case l == nil:
 		return nilLockSignal
@@ -45,43 +59,54 @@ func (l *Lock) signal() *lostSignal {
 	if l.sig == nil {
 		s := &lostSignal{done: make(chan struct{})}
 		s.ctx, s.cancel = context.WithCancelCause(context.Background())
-		s.timer = time.AfterFunc(time.Until(l.Until()), l.expire)
 		l.sig = s
-		if l.lostErr != nil {
-			s.timer.Stop()
+		switch {
+		case l.lostErr != nil:
 			close(s.done)
 			s.cancel(l.lostErr)
-		} else if tracked := l.client.track(l); !tracked {
-			// The client is closed.
-			if time.Now().Before(l.Until()) {
-				l.loseLocked(ErrClosed)
-			} else {
-				l.loseLocked(l.expiredErr())
-			}
+		case l.expireLocked():
+		case l.client.track(l):
+			s.timer = time.AfterFunc(time.Until(l.Until()), l.expire)
+		default: // the client is closed
+			l.loseLocked(ErrClosed)
 		}
+	} else {
+		l.expireLocked()
 	}
 	return l.sig
 }
 
+// expireLocked loses the lock if its validity has run out, and reports
+// whether it is lost. l.sigMu must be held.
+func (l *Lock) expireLocked() bool {
+	if l.lostErr == nil && !time.Now().Before(l.Until()) {
+		l.loseLocked(l.expiredErr())
+	}
+	return l.lostErr != nil
+}
+
 // expire runs at the lock's deadline; an Extend may have moved it since.
-// Deciding under sigMu keeps it atomic with setUntil.
+// Deciding under sigMu keeps it atomic with setUntil. It runs on a timer's
+// goroutine: an Observer's panic there is dropped.
 func (l *Lock) expire() {
 	l.sigMu.Lock()
-	defer l.sigMu.Unlock()
 	if until := l.Until(); time.Now().Before(until) {
 		if l.lostErr == nil {
 			l.sig.timer.Reset(time.Until(until))
 		}
-		return
+	} else {
+		l.loseLocked(l.expiredErr())
 	}
-	l.loseLocked(l.expiredErr())
+	l.sigMu.Unlock()
+	_, _ = l.report()
 }
 
 func (l *Lock) expiredErr() error {
 	return fmt.Errorf("%w: %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0))
 }
 
-// lose records why the lock is lost, once, and fires the signal.
+// lose records why the lock is lost, once, and fires the signal. The
+// caller reports the EventLost it queues (see report).
 func (l *Lock) lose(err error) {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
@@ -95,10 +120,12 @@ func (l *Lock) loseLocked(err error) {
 	l.lostErr = err
 	l.lost.Store(true)
 	if err != ErrReleased { // the sentinel itself: Release reports its own event
-		l.observe(context.Background(), EventLost, err)
+		l.queueLocked(context.Background(), EventLost, err)
 	}
 	if s := l.sig; s != nil {
-		s.timer.Stop()
+		if s.timer != nil {
+			s.timer.Stop()
+		}
 		close(s.done)
 		s.cancel(err)
 		l.client.untrack(l)
@@ -118,8 +145,9 @@ func (l *Lock) lostCause() error {
 // Release that leaves holds) found it lost on so many masters that the
 // others cannot make a quorum, the last Release, or Client.Close. Err
 // then tells why.
-// Work done under the lock can select on it. Done of a zero or nil Lock is
-// closed.
+// Work done under the lock can select on it. Once Until has passed, Done,
+// Err and Context say so when they return, watched before or not. Done of
+// a zero or nil Lock is closed.
 func (l *Lock) Done() <-chan struct{} { return l.signal().done }
 
 // Err returns nil while Done is open; afterwards ErrReleased after the last
@@ -146,7 +174,8 @@ func (l *Lock) Context() context.Context { return l.signal().ctx }
 type renewal struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	replan chan struct{} // cap 1: an Extend changed the lock's TTL
+	lost   <-chan struct{} // the lock's Done
+	replan chan struct{}   // cap 1: an Extend changed the lock's TTL
 }
 
 // replanned tells the renewal that an Extend changed the lock's TTL and
@@ -178,21 +207,22 @@ func (l *Lock) AutoRenew() {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.renew == nil && l.holds > 0 && !l.stopping {
 		l.startRenewal()
 	}
+	l.mu.Unlock()
+	l.reportOrPanic() // the loss startRenewal may have found
 }
 
 // startRenewal starts the renewal goroutine unless the client is closed;
-// l.mu must be held.
+// l.mu must be held. The caller reports what it queues.
 func (l *Lock) startRenewal() {
-	l.signal() // tracks the lock, so that Client.Close stops the renewal
+	lost := l.watch().done // tracks the lock, so that Client.Close stops the renewal
 	if !l.client.addRenewal() {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &renewal{cancel: cancel, done: make(chan struct{}), replan: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(inBackground(context.Background()))
+	r := &renewal{cancel: cancel, done: make(chan struct{}), lost: lost, replan: make(chan struct{}, 1)}
 	l.renew = r
 	go l.renewLoop(ctx, r)
 }
@@ -208,7 +238,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.Done():
+		case <-r.lost:
 			return
 		case <-r.replan:
 			timer.Reset(max(time.Until(l.Until())-2*l.currentTTL()/3, 0))
@@ -216,6 +246,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 		case <-timer.C:
 		}
 		err := l.extend(ctx, l.currentTTL(), "renew")
+		_, _ = l.report()    // a loss the round found: EventLost
 		ttl = l.currentTTL() // what extend used: an Extend may have changed it
 		retry := max(ttl/10, l.client.masterTimeout)
 		switch {
@@ -232,6 +263,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 				err = fmt.Errorf("%w: renew %q: %w", ErrNotHeld, l.key, err)
 			}
 			l.lose(err)
+			_, _ = l.report()
 			return
 		default:
 			if !l.observeHeld(ctx, EventRenewalFailed, err) {
@@ -245,16 +277,18 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 
 // observeHeld reports a renewal's event unless the lock was lost
 // meanwhile (Client.Close, or its validity ran out while the renewal was
-// under way), and reports whether it was. Under sigMu, as EventLost is, so
-// that no event of the renewal follows the loss.
+// under way), and reports whether it was. Queued under sigMu, as EventLost
+// is, so that no event of the renewal follows the loss. It runs on the
+// renewal's goroutine: an Observer's panic is dropped.
 func (l *Lock) observeHeld(ctx context.Context, kind EventKind, err error) bool {
 	l.sigMu.Lock()
-	defer l.sigMu.Unlock()
-	if l.lostErr != nil {
-		return false
+	held := !l.expireLocked()
+	if held {
+		l.queueLocked(ctx, kind, err)
 	}
-	l.observe(ctx, kind, err)
-	return true
+	l.sigMu.Unlock()
+	_, _ = l.report()
+	return held
 }
 
 // currentTTL returns the TTL of the lock's last acquire or extend.
