@@ -185,7 +185,7 @@ func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
 		}
 	}
 	setErr(assert.AnError)
-	require.ErrorIs(t, l.Extend(ctx, time.Hour), ErrNotHeld, "only master 2 agreed: its key may now live an hour")
+	require.ErrorIs(t, l.Extend(ctx, time.Hour), ErrNoQuorum, "only master 2 agreed: its key may now live an hour")
 	setErr(nil)
 	fl.fails.Store(1 << 30)
 	require.NoError(t, l.Release(ctx), "masters 0 and 1 deleted it")

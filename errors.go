@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 var (
@@ -15,9 +17,17 @@ var (
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 
 	// ErrNotHeld means an extend or release found that the lock is no longer
-	// held with this value by a quorum of masters: it expired, was released,
-	// or too few masters answered to tell.
+	// held with this value by a quorum of masters: its validity ran out, it
+	// was released, or so many masters answered that they do not hold it
+	// that the others cannot make a quorum. Another owner may hold it now.
 	ErrNotHeld = errors.New("redlock: lock not held")
+
+	// ErrNoQuorum means an extend or release could not tell whether a
+	// quorum holds the lock: too few masters gave a usable answer (they
+	// timed out, failed, or the caller's context ended first), and too few
+	// refused to prove it lost. The lock may still be held until its
+	// validity runs out; a release still reaches slow masters later.
+	ErrNoQuorum = errors.New("redlock: too few masters answered to decide")
 
 	// ErrInvalidArgument marks an option, key, TTL or context that cannot
 	// work; the wrapping message names the value and why. Every method
@@ -62,7 +72,8 @@ type MasterResult struct {
 	// release (the lock is not ours there), ErrUpgrade, ErrMasterTimeout,
 	// ErrNoReply, the caller's context error, or the master's own error. A
 	// master whose agreement does not count has ErrReplica or a
-	// *SameServerError here.
+	// *SameServerError here, or an error wrapping ErrNoReply where it
+	// agreed to a failed acquire after the decision (it is undone).
 	Err error
 	// Latency is how long the master took to answer, from the round's
 	// start; 0 if it had not answered when the round was decided. Set
@@ -71,36 +82,77 @@ type MasterResult struct {
 }
 
 // QuorumError is returned when a round did not reach its quorum, or reached
-// it too late. errors.Is matches it against ErrNotObtained (acquire) or
-// ErrNotHeld (extend, release), and against the caller's context error when
-// the context ended during the round.
+// it too late. errors.Is matches it against ErrNotObtained for an acquire.
+// For an extend or release it matches ErrNotHeld where the lock is surely
+// not held by a quorum (so many masters refused that the others cannot
+// make one, or the validity ran out), else ErrNoQuorum: too few answered,
+// and the lock may still be held. It also matches the caller's context
+// error when the context ended during the round.
 type QuorumError struct {
 	Op      string         // "acquire", "extend", "renew" (AutoRenew), "release", or "fence" (the second round of an acquire)
 	Key     string         // the lock key, without prefix
 	Quorum  int            // how many masters had to agree
-	Agreed  int            // how many agreed, counting replies seen while undoing an acquire
+	Agreed  int            // how many agreed by the decision (a later agreement to an acquire is undone, and not counted)
 	Expired bool           // a quorum agreed, but no validity was left (a fencing acquire: decided after a quarter of the TTL)
 	Elapsed time.Duration  // from the first request to the decision
 	Masters []MasterResult // one per master, in the order given to New
 
-	sentinel error // ErrNotObtained or ErrNotHeld
+	sentinel error // ErrNotObtained, ErrNotHeld or ErrNoQuorum
 	ctxErr   error // the caller's context error, if it ended
 	upgrade  bool  // a master refused an upgrade
 	late     bool  // Expired: a fencing acquire decided after a quarter of its TTL
+
+	// lostBy, if set, says why a round that too few masters answered
+	// (ErrNoQuorum) still matches ErrNotHeld: the lock is lost anyway.
+	lostBy string
 }
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v: %s %q: ", e.sentinel, e.Op, e.Key)
+	fmt.Fprintf(&b, "%v: %s %s: ", e.sentinel, e.Op, quote(e.Key))
 	if e.late {
 		fmt.Fprintf(&b, "%d of %d masters agreed, but only after %v, more than a quarter of the TTL: too late for a fencing token", e.Agreed, len(e.Masters), e.Elapsed)
 	} else if e.Expired {
 		fmt.Fprintf(&b, "%d of %d masters agreed, but the validity ran out after %v", e.Agreed, len(e.Masters), e.Elapsed)
 	} else {
+		// What decided the round: the agreements, the refusals, the
+		// agreements that do not count, the error replies, and the
+		// masters that told nothing.
+		refused, uncounted, failed := 0, 0, 0
+		for _, m := range e.Masters {
+			switch {
+			case m.Agreed:
+			case isRefusal(m.Err):
+				refused++
+			case isUncounted(m.Err):
+				uncounted++
+			case isReply(m.Err):
+				failed++
+			}
+		}
 		fmt.Fprintf(&b, "%d of %d masters agreed, %d needed", e.Agreed, len(e.Masters), e.Quorum)
+		for _, part := range []struct {
+			n    int
+			what string
+		}{
+			{refused, "refused"},
+			{uncounted, "did not count"},
+			{failed, "failed"},
+			{len(e.Masters) - e.Agreed - refused - uncounted - failed, "gave no answer"},
+		} {
+			if part.n > 0 {
+				fmt.Fprintf(&b, ", %d %s", part.n, part.what)
+			}
+		}
 	}
 	if e.ctxErr != nil {
 		fmt.Fprintf(&b, ": %v", e.ctxErr)
+	}
+	switch {
+	case e.sentinel == ErrNoQuorum:
+		b.WriteString("; the lock may still be held")
+	case e.lostBy != "":
+		b.WriteString("; " + e.lostBy)
 	}
 	sep := " ("
 	for _, m := range e.Masters {
@@ -125,6 +177,9 @@ func (e *QuorumError) Error() string {
 // about the caller's context.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{e.sentinel}
+	if e.lostBy != "" {
+		errs = append(errs, ErrNoQuorum)
+	}
 	if e.upgrade {
 		errs = append(errs, ErrUpgrade)
 	}
@@ -154,6 +209,67 @@ func checkContext(ctx context.Context, op string) error {
 	return nil
 }
 
+// isRefusal reports whether a master's error in a QuorumError says it
+// answered no, as opposed to giving no usable answer.
+func isRefusal(err error) bool {
+	return err == ErrNotHeld || err == ErrHeldElsewhere || err == ErrUpgrade
+}
+
+// isUncounted reports whether a master's error says it agreed, but its
+// agreement does not count: it is a replica, or a server that counted
+// already. It never will.
+func isUncounted(err error) bool {
+	return errors.Is(err, ErrSameServer) || errors.Is(err, ErrReplica)
+}
+
+// refusedQuorum reports whether so many masters answered that they do not
+// hold the lock (ErrNotHeld), or that do not count, that the others
+// cannot make a quorum.
+func (e *QuorumError) refusedQuorum() bool {
+	refused := 0
+	for _, m := range e.Masters {
+		if m.Err == ErrNotHeld || isUncounted(m.Err) {
+			refused++
+		}
+	}
+	return refused > len(e.Masters)-e.Quorum
+}
+
+// lost returns e, a round that too few masters answered (ErrNoQuorum), as
+// the error of a lock lost anyway, for the reason why: it matches
+// ErrNotHeld, and still ErrNoQuorum. Other errors are returned as they
+// are.
+func (e *QuorumError) lost(why string) *QuorumError {
+	if e.sentinel != ErrNoQuorum {
+		return e
+	}
+	l := *e
+	l.sentinel, l.lostBy = ErrNotHeld, why
+	return &l
+}
+
+// errAgreedLate is the error of a master whose agreement to an acquire
+// came after the round was decided (it failed): it did not count, and is
+// undone.
+var errAgreedLate = fmt.Errorf("%w (it agreed later: undone)", ErrNoReply)
+
+// maxQuoted is how many bytes of a key an error message quotes.
+const maxQuoted = 64
+
+// quote quotes s, a key or value, for an error message: its first
+// maxQuoted bytes, cut at a character's start, and its length if longer.
+// A 1 MiB key must not make every error 1 MiB.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	n := maxQuoted
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
@@ -161,5 +277,5 @@ func invalidf(format string, args ...any) error {
 // errClosedOp is the error of operation op on key once Client.Close has
 // begun.
 func errClosedOp(op, key string) error {
-	return fmt.Errorf("%w: %s %q", ErrClosed, op, key)
+	return fmt.Errorf("%w: %s %s", ErrClosed, op, quote(key))
 }

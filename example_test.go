@@ -71,7 +71,7 @@ func ExampleClient_Acquire() {
 	// master that holds it.
 	defer func() {
 		if err := lock.Release(ctx); err != nil {
-			log.Print(err) // errors.Is(err, redlock.ErrNotHeld): it expired first
+			log.Print(err) // ErrNotHeld: it expired first; ErrNoQuorum: too few masters answered
 		}
 	}()
 	fmt.Println("writing the report until", time.Until(lock.Until()).Round(time.Second))

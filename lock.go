@@ -288,7 +288,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		l.token = uint64(res.max)
 	}
 	if err := l.setUntil(until); err != nil {
-		return fmt.Errorf("%w: acquire %q: lost meanwhile: %w", ErrNotObtained, l.key, err)
+		return fmt.Errorf("%w: acquire %s: lost meanwhile: %w", ErrNotObtained, quote(l.key), err)
 	}
 	l.holds = holds
 	if holds == 1 && c.observer != nil {
@@ -322,7 +322,7 @@ func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) err
 		return err
 	}
 	if !time.Now().Before(until) {
-		return fmt.Errorf("%w: acquire %q: validity ran out while raising the fencing token", ErrNotObtained, l.key)
+		return fmt.Errorf("%w: acquire %s: validity ran out while raising the fencing token", ErrNotObtained, quote(l.key))
 	}
 	return nil
 }
@@ -490,11 +490,11 @@ func (l *Lock) Reenter(ctx context.Context) error {
 func (l *Lock) checkHeld(op string) error {
 	switch {
 	case l.holds == 0:
-		return fmt.Errorf("%w: %s %q: released", ErrNotHeld, op, l.key)
+		return fmt.Errorf("%w: %s %s: released", ErrNotHeld, op, quote(l.key))
 	case l.client.closing.Load():
 		return errClosedOp(op, l.key)
 	case !time.Now().Before(l.Until()):
-		return fmt.Errorf("%w: %s %q: validity ran out at %v", ErrNotHeld, op, l.key, l.Until().Round(0))
+		return fmt.Errorf("%w: %s %s: validity ran out at %v", ErrNotHeld, op, quote(l.key), l.Until().Round(0))
 	case l.lost.Load():
 		return fmt.Errorf("%s: %w", op, l.lostCause())
 	}
@@ -511,11 +511,13 @@ func (l *Lock) checkHeld(op string) error {
 // left, and then sets Until to ttl from the round's start, less the drift
 // allowance (earlier than before if ttl is shorter). If the lock's
 // validity has already run out, Extend writes nothing and returns
-// ErrNotHeld. Otherwise it fails with a *QuorumError wrapping ErrNotHeld,
-// and Until is unchanged; once Client.Close has begun, with ErrClosed.
-// Where so many masters answered that they do not hold it that the others
-// cannot make a quorum, the lock is lost at once: Done closes with that
-// error (see Done).
+// ErrNotHeld; once Client.Close has begun, ErrClosed. Otherwise it fails
+// with a *QuorumError, and Until is unchanged. It wraps ErrNotHeld where
+// so many masters answered that they do not hold it that the others
+// cannot make a quorum: the lock is lost at once, and Done closes with
+// that error (see Done). It also wraps ErrNotHeld where a quorum agreed
+// too late, with no validity left. Else too few masters answered in time:
+// it wraps ErrNoQuorum, and the lock is still held until Until.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
 // any Reenter, Release or renewal of the same Lock under way.
@@ -566,7 +568,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return err // its calls, which may still land, never shorten the lock
 	}
 	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
-		return fmt.Errorf("%w: %s %q: lost before it completed: %w", ErrNotHeld, name, l.key, err)
+		return fmt.Errorf("%w: %s %s: lost before it completed: %w", ErrNotHeld, name, quote(l.key), err)
 	}
 	l.ttl = ttl
 	if l.renew != nil && name != "renew" {
@@ -578,24 +580,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 // loseIfRefused loses the lock where err, of a round of this held Lock
 // (a re-entry, extend, renewal or release that leaves holds), is a
 // *QuorumError in which so many masters answered that they do not hold it
-// (ErrNotHeld)
-// for this Lock that the others cannot make a quorum: its keys were
+// (ErrNotHeld) for this Lock, or do not count (a replica, a server that
+// counted already), that the others cannot make a quorum: its keys were
 // deleted there, those masters restarted empty, or another owner took it.
 // Whatever validity is left, another owner may hold it now. A master that
 // did not answer may still hold it, so timeouts and errors alone lose
 // nothing before the validity runs out.
 func (l *Lock) loseIfRefused(err error) {
 	var qe *QuorumError
-	if !errors.As(err, &qe) {
-		return
-	}
-	refused := 0
-	for _, m := range qe.Masters {
-		if m.Err == ErrNotHeld {
-			refused++
-		}
-	}
-	if len(qe.Masters)-refused >= qe.Quorum {
+	if !errors.As(err, &qe) || !qe.refusedQuorum() {
 		return
 	}
 	if !errors.Is(err, ErrNotHeld) { // a re-entry's
@@ -666,9 +659,13 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 // Release gives up one hold; the last one deletes the lock on every master
 // where this Lock still holds it, and wakes waiters. It runs even if ctx has
 // ended (only ctx's values are used): a release must not be lost. It returns nil if a
-// quorum held it (it was still ours), and a *QuorumError wrapping ErrNotHeld
-// if not: it had expired, or too few masters answered. Either way the hold
-// is gone afterwards. Once Client.Close has begun, Release sends nothing
+// quorum held it (it was still ours). It returns a *QuorumError wrapping
+// ErrNotHeld where so many masters answered that they did not hold it that
+// no quorum can have: it had expired or was lost, and the critical section
+// may have overlapped another holder's. Where too few masters answered in
+// time to tell, the error wraps ErrNoQuorum instead: the lock may have
+// been held all along (unless it was lost or ran out before: then it wraps
+// both). Either way the hold is gone afterwards. Once Client.Close has begun, Release sends nothing
 // and returns ErrClosed. A Release that leaves holds and finds the lock lost
 // on a quorum closes Done, as Extend does. Calling Release after the last
 // hold is gone sends nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
@@ -717,7 +714,15 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	defer l.mu.Unlock()
 	if l.holds == 0 {
 		// Sending it again could delete the same owner's next lock.
-		return fmt.Errorf("%w: release %q: already released", ErrNotHeld, l.key)
+		return fmt.Errorf("%w: release %s: already released", ErrNotHeld, quote(l.key))
+	}
+	// A lock lost or run out before is not held, whoever answers in time.
+	var lostBy string
+	switch {
+	case errors.Is(l.lostCause(), ErrNotHeld):
+		lostBy = "it was lost before"
+	case !time.Now().Before(l.Until()):
+		lostBy = "its validity had run out"
 	}
 	l.holds--
 	if l.holds == 0 {
@@ -732,6 +737,9 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	// lock would block everyone until its TTL. The round is bounded by
 	// MasterTimeout.
 	err := l.releaseRound(context.WithoutCancel(ctx), l.holds, queued)
+	if qe, ok := err.(*QuorumError); ok && lostBy != "" {
+		err = qe.lost(lostBy)
+	}
 	if l.holds == 0 {
 		l.sigMu.Lock()
 		l.queueLocked(ctx, EventReleased, err)

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -232,13 +234,38 @@ func (n *node) eval(ctx context.Context, s *redis.Script, keys pipeline.Keys, ar
 }
 
 // closedError returns err, matching ErrClosed too where the pipeline was
-// closed.
+// closed, and naming a connection that closed or was refused (see
+// connError).
 func closedError(err error) error {
-	if errors.Is(err, pipeline.ErrClosed) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pipeline.ErrClosed):
 		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case errors.Is(err, io.EOF):
+		return &connError{"connection closed (EOF)", err}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &connError{"connection closed (unexpected EOF)", err}
+	case errors.Is(err, syscall.ECONNRESET):
+		return &connError{"connection reset", err}
+	case errors.Is(err, syscall.EPIPE):
+		return &connError{"connection closed (broken pipe)", err}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &connError{"connection refused", err}
 	}
 	return err
 }
+
+// connError is a master's network error in plain words: a bare "EOF" does
+// not say that the master closed the connection, and a dial error repeats
+// the master's address. errors.Is and errors.As reach the error itself.
+type connError struct {
+	what string
+	err  error
+}
+
+func (e *connError) Error() string { return e.what }
+func (e *connError) Unwrap() error { return e.err }
 
 // masterName names a master in errors: its address where the client tells
 // it, otherwise its position.

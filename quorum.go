@@ -136,7 +136,8 @@ type slot struct {
 	val    int64
 	err    error
 	server string // the master's run_id, "" if unknown (see Client.admit)
-	read   bool   // the decider saw this reply before deciding
+	read   bool   // the decider saw this reply before deciding, or awaitUndo after
+	late   bool   // read by awaitUndo: it did not count toward the decision
 	// latency is the time from the round's start to the reply; set only
 	// with an Observer.
 	latency time.Duration
@@ -366,6 +367,7 @@ func (r *round) awaitUndo(grace <-chan time.Time) {
 			if s.read && s.agreed() {
 				known--
 			}
+			s.late = !s.read
 			s.read = true
 		case <-grace:
 			grace = nil
@@ -619,7 +621,9 @@ func isReply(err error) bool {
 // saw (including those awaitUndo heard from); the others may still be
 // written by the pipelines. A master that had not answered is reported
 // with ErrMasterTimeout if the round's deadline decided it, else ErrNoReply
-// (or the caller's context error).
+// (or the caller's context error). An extend or release wraps ErrNotHeld
+// only where the refusals or the validity prove the lock lost, else
+// ErrNoQuorum.
 func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bool, elapsed time.Duration) *QuorumError {
 	e := &QuorumError{
 		Op:       r.op.name,
@@ -634,13 +638,19 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 	e.Masters, e.Agreed, upgrades = c.masterResults(r, timedOut, e.ctxErr)
 	// A stale read entry on a few masters is no upgrade: it takes a quorum.
 	e.upgrade = upgrades >= c.quorum
+	// A lock is lost only where the refusals prove it: masters that gave
+	// no answer in time may still hold it.
+	if e.sentinel == ErrNotHeld && !expired && !e.refusedQuorum() {
+		e.sentinel = ErrNoQuorum
+	}
 	return e
 }
 
 // masterResults reports each master as the decider saw it: what a master
 // that had not answered missed is ctxErr if set, else ErrMasterTimeout if
-// the round timed out, else ErrNoReply. It also counts the agreements and
-// the upgrade replies.
+// the round timed out, else ErrNoReply; an agreement heard only by
+// awaitUndo did not count (errAgreedLate). It also counts the agreements
+// and the upgrade replies.
 func (c *Client) masterResults(r *round, timedOut bool, ctxErr error) (ms []MasterResult, agreed, upgrades int) {
 	ms = make([]MasterResult, len(c.nodes))
 	for i := range c.nodes {
@@ -648,6 +658,9 @@ func (c *Client) masterResults(r *round, timedOut bool, ctxErr error) (ms []Mast
 		switch s := &r.slots[i]; {
 		case s.read:
 			m.Agreed, m.Err, m.Latency = s.agreed(), s.err, s.latency
+			if m.Agreed && s.late { // the decision did not count it
+				m.Agreed, m.Err = false, errAgreedLate
+			}
 			if m.Agreed {
 				agreed++
 			}

@@ -586,7 +586,7 @@ func (c *Client) value() (string, error) {
 	case v == "":
 		return "", invalidf("NewValue returned an empty value")
 	case strings.Contains(v, "}"):
-		return "", invalidf("NewValue returned %q: a value must not hold '}'", v)
+		return "", invalidf("NewValue returned %s: a value must not hold '}'", quote(v))
 	}
 	return v, nil
 }

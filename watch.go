@@ -102,7 +102,7 @@ func (l *Lock) expire() {
 }
 
 func (l *Lock) expiredErr() error {
-	return fmt.Errorf("%w: %q: validity ran out at %v", ErrNotHeld, l.key, l.Until().Round(0))
+	return fmt.Errorf("%w: %s: validity ran out at %v", ErrNotHeld, quote(l.key), l.Until().Round(0))
 }
 
 // lose records why the lock is lost, once, and fires the signal. The
@@ -259,8 +259,10 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 			return
 		case time.Until(l.Until()) < retry+l.client.masterTimeout:
 			// The next attempt could not finish in time.
-			if !errors.Is(err, ErrNotHeld) {
-				err = fmt.Errorf("%w: renew %q: %w", ErrNotHeld, l.key, err)
+			if qe, ok := err.(*QuorumError); ok && qe.sentinel == ErrNoQuorum {
+				err = qe.lost("too little validity left to try again") // said once, not wrapped again
+			} else if !errors.Is(err, ErrNotHeld) {
+				err = fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err)
 			}
 			l.lose(err)
 			_, _ = l.report()

@@ -3,7 +3,10 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,9 +48,10 @@ func TestErrorTextNamesEachMastersPart(t *testing.T) {
 	text := err.Error()
 	t.Log(text)
 	assert.True(t, strings.HasPrefix(text, `redlock: lock not obtained: acquire "job": `), text)
-	assert.Contains(t, text, " of 3 masters agreed, 2 needed (")
+	assert.Contains(t, text, " of 3 masters agreed, 2 needed, 1 refused, ")
 	assert.Contains(t, text, cl.Masters[0].Addr()+": held by another owner; ")
-	assert.Contains(t, text, cl.Masters[2].Addr()+": dial tcp ")
+	assert.Contains(t, text, cl.Masters[2].Addr()+": connection refused)")
+	assert.Equal(t, 1, strings.Count(text, cl.Masters[2].Addr()), "the address is said once")
 	assert.Equal(t, 1, strings.Count(text, "redlock:"), "the package prefix is said once")
 }
 
@@ -78,10 +82,50 @@ func TestRenewalFailureSaysSoOnce(t *testing.T) {
 	t.Log(text)
 	// A renewal may reach a master before FLUSHALL does: the count varies.
 	assert.True(t, strings.HasPrefix(text, `redlock: lock not held: renew "job": `), text)
-	assert.Contains(t, text, " of 3 masters agreed, 2 needed (")
+	assert.Contains(t, text, " of 3 masters agreed, 2 needed, ")
 	assert.Equal(t, 1, strings.Count(text, "redlock:"), "the package prefix is said once")
 	// Refusals decide the round; a master may not be heard.
 	assert.GreaterOrEqual(t, strings.Count(text, ": lock not held"), 1, "the masters that answered: not held")
+}
+
+// TestLostConnectionsAreNoQuorumInPlainWords: an Extend that two of three
+// masters cannot answer, one closing every connection as soon as it gets
+// a request and one refusing connections, is ErrNoQuorum (the lock may
+// still be held), not ErrNotHeld. Each failure reads in plain words: a
+// closed connection, not a bare "EOF"; a refused dial, without the
+// address again. errors.Is and errors.As still reach the network error.
+func TestLostConnectionsAreNoQuorumInPlainWords(t *testing.T) {
+	cl := integration.NewCluster(t, 3)
+	px := proxied(t, cl)
+	ctx := context.Background()
+	c := proxiedClient(t, px, &redlock.Options{MasterTimeout: 2 * time.Second})
+	l, err := c.Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	waitHeldEverywhere(t, cl, l)
+	require.NoError(t, px.ResetPeer(1))
+	require.NoError(t, px.Cut(2))
+
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNoQuorum)
+	assert.NotErrorIs(t, err, redlock.ErrNotHeld, "a master that did not answer may still hold it")
+	assert.True(t, l.Held())
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	text := err.Error()
+	t.Log(text)
+	// The two failures decide the round; master 0's yes may come first.
+	assert.Regexp(t, `extend "job": (1 of 3 masters agreed, 2 needed, 2|0 of 3 masters agreed, 2 needed, 3) gave no answer; the lock may still be held \(`, text)
+	closed, refused := qe.Masters[1].Err, qe.Masters[2].Err
+	assert.Regexp(t, `^connection (closed \((unexpected )?EOF\)|reset)$`, closed.Error())
+	var ne net.Error
+	assert.True(t, errors.Is(closed, io.EOF) || errors.Is(closed, io.ErrUnexpectedEOF) || errors.As(closed, &ne),
+		"errors.Is/As reach the network error: %#v", closed)
+	assert.Equal(t, "connection refused", refused.Error())
+	assert.ErrorIs(t, refused, syscall.ECONNREFUSED)
+	for _, addr := range px.Addrs()[1:] {
+		assert.Equal(t, 1, strings.Count(text, addr), "the address is said once")
+	}
+	assert.NotContains(t, text, ": EOF")
 }
 
 // TestAutoRenewKeepsAnExtendedTTL: renewal extends by the lock's current

@@ -239,7 +239,7 @@ func TestCutMinorityKeepsMutualExclusion(t *testing.T) {
 				s.Committed, s.Written, s.WriteAt = true, v+1, at
 				s.Exit = rec.Now()
 				rec.Record(s)
-				if err := m.Unlock(lctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) {
+				if err := m.Unlock(lctx); err != nil && !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrNoQuorum) {
 					return fmt.Errorf("client %d: unlock: %w", w, err)
 				}
 			}
@@ -540,7 +540,9 @@ func TestReleaseOnMastersOutOfMemory(t *testing.T) {
 				}
 				return
 			}
-			require.ErrorIs(t, err, redlock.ErrNotHeld)
+			require.ErrorIs(t, err, redlock.ErrNoQuorum, "error replies prove nothing: the lock is still there")
+			// The third master may not be heard before the decision.
+			assert.Regexp(t, ` needed, (3 failed|2 failed, 1 gave no answer); the lock may still be held \(`, err.Error())
 			assert.ErrorContains(t, err, "OOM")
 			lift()
 			for i := range cl.Masters {

@@ -323,7 +323,8 @@ func TestFailedShorterExtendNeverShortens(t *testing.T) {
 	resume()
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe, "two of five masters agreed")
-	require.ErrorIs(t, err, redlock.ErrNotHeld)
+	require.ErrorIs(t, err, redlock.ErrNoQuorum, "the paused masters may hold it")
+	require.NotErrorIs(t, err, redlock.ErrNotHeld)
 	assert.Equal(t, until, l.Until(), "a failed Extend moved Until")
 
 	// The paused masters run the extend once resumed (bounded: 10s for
@@ -472,7 +473,7 @@ func TestContendingClientsNeverOverlap(t *testing.T) {
 				if err := m.Unlock(gctx); err != nil {
 					// Under load a release can miss its quorum: the lock then
 					// expires by its TTL. Safety is what the detector checks.
-					if !errors.Is(err, redlock.ErrNotHeld) {
+					if !errors.Is(err, redlock.ErrNotHeld) && !errors.Is(err, redlock.ErrNoQuorum) {
 						return fmt.Errorf("client %d, section %d: unlock: %w", w, i, err)
 					}
 					unlockErrs.Add(1)

@@ -104,8 +104,10 @@ func (m *Mutex) acquire(ctx context.Context, block bool) (err error) {
 // Unlock releases the lock. It returns an error wrapping redlock.ErrNotHeld
 // if this Mutex does not hold it (also while a Lock or TryLock of it is
 // under way), or if the lock had already expired on a quorum of masters
-// (the critical section may have overlapped another holder's). Either way
-// the Mutex is unlocked afterwards. It blocks for at most one quorum round.
+// (the critical section may have overlapped another holder's). It wraps
+// redlock.ErrNoQuorum instead where too few masters answered in time to
+// tell (see Lock.Release). Either way the Mutex is unlocked afterwards. It
+// blocks for at most one quorum round.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(); err != nil {
 		return err
@@ -121,8 +123,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 // Extend renews the lock for another TTL from now. It returns an error
 // wrapping redlock.ErrNotHeld if this Mutex does not hold the lock or its
-// validity ran out (then the Mutex stays locked until Unlock). It blocks for
-// at most one quorum round.
+// validity ran out (then the Mutex stays locked until Unlock), and one
+// wrapping redlock.ErrNoQuorum where too few masters answered in time (see
+// Lock.Extend). It blocks for at most one quorum round.
 func (m *Mutex) Extend(ctx context.Context) error {
 	if err := m.check(); err != nil {
 		return err

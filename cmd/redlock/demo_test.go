@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -123,6 +124,17 @@ func TestClassify(t *testing.T) {
 			assert.Equal(t, causeNames[tc.want], causeNames[classify(tc.err)])
 		})
 	}
+}
+
+// TestReleaseFailedCountsNoQuorumAsNotHeld: a release that too few
+// masters answered is a failed release, as the legend says (not-held),
+// not an unexplained error.
+func TestReleaseFailedCountsNoQuorumAsNotHeld(t *testing.T) {
+	s := newStats(1)
+	s.releaseFailed(fmt.Errorf("%w: release", redlock.ErrNoQuorum))
+	s.releaseFailed(fmt.Errorf("%w: release", redlock.ErrNotHeld))
+	assert.Equal(t, int64(2), s.failed[causeNotHeld].Load())
+	assert.Zero(t, s.failed[causeOther].Load())
 }
 
 func TestCLI(t *testing.T) {

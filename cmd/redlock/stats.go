@@ -122,8 +122,8 @@ func (s *stats) acquireFailed(err error) { s.count(classify(err), err) }
 
 func (s *stats) releaseFailed(err error) {
 	switch {
-	case errors.Is(err, redlock.ErrNotHeld):
-		s.count(causeNotHeld, err)
+	case errors.Is(err, redlock.ErrNotHeld), errors.Is(err, redlock.ErrNoQuorum):
+		s.count(causeNotHeld, err) // the legend: expired, or too few answered
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		s.count(causeCtx, err)
 	default:
