@@ -18,9 +18,19 @@ import (
 // share a Mutex, and the Mutexes and Reentrants of one client on one key,
 // wait for each other locally before they compete with other processes:
 // the holder keeps the process's turn until its Unlock hands the lock on
-// (see redlock.Lock.Release), and the next of them tries then. Make one
-// with New: on a zero Mutex, Lock, TryLock, Unlock and Extend return an
-// error wrapping redlock.ErrInvalidArgument.
+// (see redlock.Lock.Release), and the next of them tries then.
+//
+// The Mutex is unlocked as soon as its lock is lost (see
+// redlock.Lock.Done: its validity ran out, renewal failed, a round found
+// it lost, Client.Close, or a Release on the Lock itself), as if Unlock
+// had run. A Lock or TryLock can then take the lock anew, without Unlock,
+// and a waiting Lock tries. The next Unlock reports the loss, unless a
+// Lock took the lock again first: like sync.Mutex, it then unlocks that
+// new hold, whichever goroutine calls it.
+//
+// Make one with New: on a zero Mutex, and with a nil context, Lock,
+// TryLock, Unlock and Extend return an error wrapping
+// redlock.ErrInvalidArgument.
 type Mutex struct {
 	client *redlock.Client
 	key    string
@@ -38,13 +48,22 @@ func New(client *redlock.Client, key string, opts *Options) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{client: client, key: key, opts: o, turn: make(chan struct{}, 1)}, nil
+	m := &Mutex{client: client, key: key, opts: o, turn: make(chan struct{}, 1)}
+	m.holds.Anew = true // not reentrant: a Lock after a loss takes it anew
+	// A lost lock gives the Mutex's turn up: its hold has ended. The
+	// token is there while the hold is, so this does not block.
+	m.holds.Ended = func(string) { <-m.turn }
+	return m, nil
 }
 
-// check returns an error if m was not made by New.
-func (m *Mutex) check() error {
+// check returns an error if m was not made by New, or ctx is nil; op
+// names the call.
+func (m *Mutex) check(ctx context.Context, op string) error {
 	if m.client == nil {
 		return fmt.Errorf("%w: zero Mutex: use mutex.New", redlock.ErrInvalidArgument)
+	}
+	if ctx == nil {
+		return retry.NilContext("Mutex."+op, m.key)
 	}
 	return nil
 }
@@ -60,9 +79,10 @@ func (m *Mutex) Key() string { return m.key }
 // If ctx ends first, the error matches ctx.Err() and tells the last
 // attempt's outcome; an invalid TTL fails at once.
 func (m *Mutex) Lock(ctx context.Context) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx, "Lock"); err != nil {
 		return err
 	}
+	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
 	select {
 	case m.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -76,9 +96,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // the lock is held elsewhere (in this process too) or no quorum agreed.
 // It blocks for at most one quorum round.
 func (m *Mutex) TryLock(ctx context.Context) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx, "TryLock"); err != nil {
 		return err
 	}
+	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
 	select {
 	case m.turn <- struct{}{}:
 	default:
@@ -106,13 +127,17 @@ func (m *Mutex) acquire(ctx context.Context, block bool) (err error) {
 // under way), or if the lock had already expired on a quorum of masters
 // (the critical section may have overlapped another holder's). It wraps
 // redlock.ErrNoQuorum instead where too few masters answered in time to
-// tell (see Lock.Release). Either way the Mutex is unlocked afterwards. It
-// blocks for at most one quorum round.
+// tell (see Lock.Release). Either way the Mutex is unlocked afterwards.
+// After the lock was lost (see Mutex), it sends nothing and its error says
+// so, wrapping the lock's Err too. It blocks for at most one quorum round.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx, "Unlock"); err != nil {
 		return err
 	}
-	l, t := m.holds.Drop("")
+	l, t, lost := m.holds.Drop("")
+	if lost != nil {
+		return retry.Lost("release", m.key, "this Mutex", lost)
+	}
 	if l == nil {
 		return fmt.Errorf("%w: release %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
 	}
@@ -122,12 +147,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 }
 
 // Extend renews the lock for another TTL from now. It returns an error
-// wrapping redlock.ErrNotHeld if this Mutex does not hold the lock or its
-// validity ran out (then the Mutex stays locked until Unlock), and one
-// wrapping redlock.ErrNoQuorum where too few masters answered in time (see
+// wrapping redlock.ErrNotHeld if this Mutex does not hold the lock, or it
+// was lost (then the Mutex is unlocked: see Mutex), and one wrapping
+// redlock.ErrNoQuorum where too few masters answered in time (see
 // Lock.Extend). It blocks for at most one quorum round.
 func (m *Mutex) Extend(ctx context.Context) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx, "Extend"); err != nil {
 		return err
 	}
 	l := m.Current()
@@ -139,5 +164,7 @@ func (m *Mutex) Extend(ctx context.Context) error {
 
 // Current returns the lock this Mutex holds, or nil. Its Token is the
 // fencing token to hand to the protected resource; its Done, Err and
-// Context tell when the lock is lost; Until when it runs out.
+// Context tell when the lock is lost; Until when it runs out. After a
+// loss it returns the lost lock, until Unlock reports the loss or a Lock
+// takes the lock anew.
 func (m *Mutex) Current() *redlock.Lock { return m.holds.Get("") }

@@ -14,9 +14,16 @@ import (
 // Each Lock by the owner adds a hold, each Unlock removes one, and the
 // last Unlock frees the lock; another owner waits meanwhile. The holds of
 // an owner are counted by the Reentrant that took them: use one Reentrant
-// per key in a process. It is safe for concurrent use. Make one with
-// NewReentrant: on a zero Reentrant, Lock, TryLock and Unlock return an
-// error wrapping redlock.ErrInvalidArgument.
+// per key in a process. It is safe for concurrent use.
+//
+// An owner's holds end as soon as its lock is lost (see
+// redlock.Lock.Done): its next call reports the loss, an Unlock as an
+// error wrapping redlock.ErrNotHeld, a Lock or TryLock as a failed
+// re-entry; the call after that starts afresh.
+//
+// Make one with NewReentrant: on a zero Reentrant, and with a nil
+// context, Lock, TryLock and Unlock return an error wrapping
+// redlock.ErrInvalidArgument.
 type Reentrant struct {
 	client  *redlock.Client
 	key     string
@@ -36,29 +43,34 @@ func NewReentrant(client *redlock.Client, key string, opts *Options) (*Reentrant
 
 // Lock adds a hold for owner. If owner already holds the lock, it re-enters
 // at once (one quorum round, which also renews the TTL) and fails with
-// redlock.ErrNotHeld if the lock was lost meanwhile. Otherwise it blocks
+// redlock.ErrNotHeld if the lock was lost meanwhile, also where the loss
+// had ended owner's holds unreported (see Reentrant). Otherwise it blocks
 // like Mutex.Lock until owner holds the lock or ctx ends.
 func (r *Reentrant) Lock(ctx context.Context, owner string) error {
-	return r.lock(ctx, owner, true)
+	return r.lock(ctx, "Lock", owner, true)
 }
 
 // TryLock is Lock without waiting: one attempt, an error wrapping
 // redlock.ErrNotObtained if another owner holds the lock or another call
 // of owner's is under way.
 func (r *Reentrant) TryLock(ctx context.Context, owner string) error {
-	return r.lock(ctx, owner, false)
+	return r.lock(ctx, "TryLock", owner, false)
 }
 
-// check returns an error if r was not made by NewReentrant.
-func (r *Reentrant) check() error {
+// check returns an error if r was not made by NewReentrant, or ctx is
+// nil; op names the call.
+func (r *Reentrant) check(ctx context.Context, op string) error {
 	if r.client == nil {
 		return fmt.Errorf("%w: zero Reentrant: use mutex.NewReentrant", redlock.ErrInvalidArgument)
+	}
+	if ctx == nil {
+		return retry.NilContext("Reentrant."+op, r.key)
 	}
 	return nil
 }
 
-func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
-	if err := r.check(); err != nil {
+func (r *Reentrant) lock(ctx context.Context, op, owner string, block bool) error {
+	if err := r.check(ctx, op); err != nil {
 		return err
 	}
 	return r.holders.Take(ctx, r.client, r.key, owner, false, block, r.opts, func(ctx context.Context) (*redlock.Lock, error) {
@@ -72,14 +84,17 @@ func (r *Reentrant) lock(ctx context.Context, owner string, block bool) error {
 // no longer held the lock. It blocks for one quorum round; while owner
 // holds the lock, after another call of owner's that is under way (if ctx
 // ends first, the error matches ctx.Err() and the hold is kept), and while
-// owner holds nothing, it returns ErrNotHeld at once.
+// owner holds nothing, it returns ErrNotHeld at once. After owner's lock
+// was lost, it sends nothing and its error says so, wrapping the lock's
+// Err too.
 func (r *Reentrant) Unlock(ctx context.Context, owner string) error {
-	if err := r.check(); err != nil {
+	if err := r.check(ctx, "Unlock"); err != nil {
 		return err
 	}
 	return r.holders.Release(ctx, owner, "release", r.key)
 }
 
 // Current returns the lock owner holds, or nil. Its Holds counts the
-// holds; Token, Done, Err and Context serve the work done under it.
+// holds; Token, Done, Err and Context serve the work done under it. After
+// a loss it returns the lost lock, until owner's next call reports it.
 func (r *Reentrant) Current(owner string) *redlock.Lock { return r.holders.Get(owner) }

@@ -25,9 +25,16 @@ import (
 
 // RWMutex is a distributed read-write lock on one key. The holds of an
 // owner are counted by the RWMutex that took them: use one RWMutex per key
-// in a process. It is safe for concurrent use. Make one with New: on a
-// zero RWMutex, the lock and unlock methods return an error wrapping
-// redlock.ErrInvalidArgument.
+// in a process. It is safe for concurrent use.
+//
+// An owner's read or write holds end as soon as that lock is lost (see
+// redlock.Lock.Done): the next call of owner's on that side reports the
+// loss, an unlock as an error wrapping redlock.ErrNotHeld, a lock as a
+// failed re-entry; the call after that starts afresh. A lost read lock
+// does not refuse owner's Lock as an upgrade.
+//
+// Make one with New: on a zero RWMutex, and with a nil context, the lock
+// and unlock methods return an error wrapping redlock.ErrInvalidArgument.
 type RWMutex struct {
 	client    *redlock.Client
 	key       string
@@ -78,13 +85,13 @@ func New(client *redlock.Client, key string, opts *Options) (*RWMutex, error) {
 // reads; otherwise it blocks until no other owner writes or waits to
 // write, or ctx ends (the error then matches ctx.Err()).
 func (m *RWMutex) RLock(ctx context.Context, owner string) error {
-	return m.lock(ctx, &m.readers, owner, true, true)
+	return m.lock(ctx, "RLock", &m.readers, owner, true, true)
 }
 
 // TryRLock is RLock without waiting: it also fails, with an error wrapping
 // redlock.ErrNotObtained, while another call of owner's reads is under way.
 func (m *RWMutex) TryRLock(ctx context.Context, owner string) error {
-	return m.lock(ctx, &m.readers, owner, true, false)
+	return m.lock(ctx, "TryRLock", &m.readers, owner, true, false)
 }
 
 // Lock adds a write hold for owner. It re-enters at once if owner already
@@ -92,29 +99,33 @@ func (m *RWMutex) TryRLock(ctx context.Context, owner string) error {
 // otherwise it blocks until no other owner reads or writes, or ctx ends.
 // While it waits for readers, new readers wait for it.
 func (m *RWMutex) Lock(ctx context.Context, owner string) error {
-	return m.lock(ctx, &m.writers, owner, false, true)
+	return m.lock(ctx, "Lock", &m.writers, owner, false, true)
 }
 
 // TryLock is Lock without waiting; it leaves no write-wait marker. It also
 // fails, with an error wrapping redlock.ErrNotObtained, while another call
 // of owner's writes is under way.
 func (m *RWMutex) TryLock(ctx context.Context, owner string) error {
-	return m.lock(ctx, &m.writers, owner, false, false)
+	return m.lock(ctx, "TryLock", &m.writers, owner, false, false)
 }
 
-// check returns an error if m was not made by New.
-func (m *RWMutex) check() error {
+// check returns an error if m was not made by New, or ctx is nil; op
+// names the call.
+func (m *RWMutex) check(ctx context.Context, op string) error {
 	if m.client == nil {
 		return fmt.Errorf("%w: zero RWMutex: use rwmutex.New", redlock.ErrInvalidArgument)
+	}
+	if ctx == nil {
+		return retry.NilContext("RWMutex."+op, m.key)
 	}
 	return nil
 }
 
-func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, read, block bool) error {
-	if err := m.check(); err != nil {
+func (m *RWMutex) lock(ctx context.Context, op string, side *retry.Holders, owner string, read, block bool) error {
+	if err := m.check(ctx, op); err != nil {
 		return err
 	}
-	if !read && m.readers.Get(owner) != nil && m.writers.Get(owner) == nil {
+	if !read && m.readers.Holding(owner) != nil && m.writers.Holding(owner) == nil {
 		return fmt.Errorf("%w: acquire write %q: owner %q reads it: %w", redlock.ErrNotObtained, m.key, owner, redlock.ErrUpgrade)
 	}
 	// A release may admit every waiting reader, but only one writer.
@@ -137,9 +148,10 @@ func (m *RWMutex) lock(ctx context.Context, side *retry.Holders, owner string, r
 // already expired on a quorum. While owner reads, it waits for another
 // call of owner's reads that is under way (if ctx ends first, the error
 // matches ctx.Err() and the hold is kept); while owner holds no read lock,
-// it returns ErrNotHeld at once.
+// it returns ErrNotHeld at once. After owner's read lock was lost, it
+// sends nothing and its error says so, wrapping the lock's Err too.
 func (m *RWMutex) RUnlock(ctx context.Context, owner string) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx, "RUnlock"); err != nil {
 		return err
 	}
 	return m.readers.Release(ctx, owner, "release read", m.key)
@@ -149,14 +161,17 @@ func (m *RWMutex) RUnlock(ctx context.Context, owner string) error {
 // write lock (a read lock owner also holds stays: a downgrade). It returns
 // and waits as RUnlock does.
 func (m *RWMutex) Unlock(ctx context.Context, owner string) error {
-	if err := m.check(); err != nil {
+	if err := m.check(ctx, "Unlock"); err != nil {
 		return err
 	}
 	return m.writers.Release(ctx, owner, "release write", m.key)
 }
 
-// Reader returns owner's read lock, or nil.
+// Reader returns owner's read lock, or nil. After a loss it returns the
+// lost lock, until owner's next read call reports it.
 func (m *RWMutex) Reader(owner string) *redlock.Lock { return m.readers.Get(owner) }
 
-// Writer returns owner's write lock, or nil. Its Token is the fencing token.
+// Writer returns owner's write lock, or nil. Its Token is the fencing
+// token. After a loss it returns the lost lock, until owner's next write
+// call reports it.
 func (m *RWMutex) Writer(owner string) *redlock.Lock { return m.writers.Get(owner) }

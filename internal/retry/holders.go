@@ -11,26 +11,40 @@ import (
 )
 
 // Holders keeps, per owner, the lock that owner holds through one handle.
+// A hold ends with its lock (see redlock.Lock.Done: lost, expired, its
+// Client closed, or released on the Lock itself): the owner holds nothing
+// then, and the next call of the owner that looks reports the loss once.
 // Changes for one owner run one at a time (a blocked Lock holds up only
 // its own owner, and a call that waits for it still ends with its
 // context); reads never wait. The zero value is ready; it is safe for
 // concurrent use.
 type Holders struct {
+	// Ended, if set, runs once for each hold that ends with its lock, as
+	// soon as the lock ends: under the Holders' lock, so it must neither
+	// block nor use them. Set it before the Holders are used.
+	Ended func(owner string)
+	// Anew makes a Take after the owner's lock ended take the lock anew,
+	// for a lock that is not reentrant. Otherwise that Take is a failed
+	// re-entry: it reports the loss, and the next Take takes the lock.
+	Anew bool
+
 	mu sync.Mutex
 	m  map[string]*holder
 }
 
 type holder struct {
-	busy  chan struct{} // holds a token while a change runs
+	busy chan struct{} // holds a token while a change runs
+	// lock is the lock held. It is stored under busy and Holders.mu, and
+	// cleared under Holders.mu: the end of a lock needs no busy.
 	lock  atomic.Pointer[redlock.Lock]
 	turn  *Turn // the turn lock was taken with (see Wait); guarded by busy
 	users int   // calls using this holder; guarded by Holders.mu
-}
-
-// forget drops the holder's lock and turn; busy must be held.
-func (o *holder) forget() {
-	o.lock.Store(nil)
-	o.turn = nil
+	// ended is the lock that ended while held, until a call reports it;
+	// guarded by Holders.mu.
+	ended *redlock.Lock
+	// unwatch stops the watch of lock's end (see Ended); guarded by
+	// Holders.mu.
+	unwatch func() bool
 }
 
 // errOwnerBusy is with's error when ctx ended while another change for the
@@ -39,10 +53,10 @@ var errOwnerBusy = errors.New("gave up waiting for another call of this owner")
 
 // with runs f with the owner's holder while no other change for the same
 // owner runs. f reads and stores the holder's lock and turn; a holder left
-// without a lock is forgotten. If another change runs, with returns
-// refuse(o)'s error at once where it is not nil (refuse may be nil), and
-// otherwise waits for that change or for ctx to end. A panic in f leaves
-// the holder usable.
+// without a lock or a loss to report is forgotten. If another change runs,
+// with returns refuse(o)'s error at once where it is not nil (refuse may
+// be nil), and otherwise waits for that change or for ctx to end. A panic
+// in f leaves the holder usable.
 func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *holder) error) error {
 	h.mu.Lock()
 	if h.m == nil {
@@ -58,7 +72,7 @@ func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *hold
 	defer func() {
 		h.mu.Lock()
 		// Another call for the owner may have stored a lock since: look again.
-		if o.users--; o.users == 0 && o.lock.Load() == nil {
+		if o.users--; o.users == 0 && o.lock.Load() == nil && o.ended == nil {
 			delete(h.m, owner)
 		}
 		h.mu.Unlock()
@@ -82,19 +96,131 @@ func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *hold
 	return f(o)
 }
 
-// Get returns the lock the owner holds here, or nil. It does not wait.
+// hold stores l, taken with turn t, as the owner's lock; busy must be
+// held. With Ended set, the hold ends as soon as l ends.
+func (h *Holders) hold(owner string, o *holder, l *redlock.Lock, t *Turn) {
+	o.turn = t
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o.lock.Store(l)
+	o.ended = nil // a new hold: the loss is no longer news
+	if h.Ended != nil {
+		o.unwatch = context.AfterFunc(l.Context(), func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if o.lock.Load() == l { // else released, or ended already
+				h.endLocked(owner, o, l)
+			}
+		})
+	}
+}
+
+// endLocked ends the hold of l, which ended; h.mu must be held, and o's
+// lock must be l.
+func (h *Holders) endLocked(owner string, o *holder, l *redlock.Lock) {
+	h.forgetLocked(o)
+	o.ended = l
+	if h.Ended != nil {
+		h.Ended(owner)
+	}
+}
+
+// forgetLocked drops o's lock and any loss to report; h.mu must be held.
+// The turn stays, guarded by busy: the next hold sets it.
+func (h *Holders) forgetLocked(o *holder) {
+	o.lock.Store(nil)
+	o.ended = nil
+	if o.unwatch != nil {
+		o.unwatch()
+		o.unwatch = nil
+	}
+}
+
+// liveLocked returns o's lock, or nil; a lock that ended is no longer
+// held, and its hold ends here if it has not yet. h.mu must be held.
+func (h *Holders) liveLocked(owner string, o *holder) *redlock.Lock {
+	l := o.lock.Load()
+	if l == nil {
+		return nil
+	}
+	select {
+	case <-l.Done():
+		h.endLocked(owner, o, l)
+		return nil
+	default:
+		return l
+	}
+}
+
+// live is liveLocked with h.mu.
+func (h *Holders) live(owner string, o *holder) *redlock.Lock {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.liveLocked(owner, o)
+}
+
+// reportLocked returns, and forgets, the lock of o that ended and was not
+// reported yet, or nil; h.mu must be held.
+func (h *Holders) reportLocked(o *holder) *redlock.Lock {
+	l := o.ended
+	o.ended = nil
+	return l
+}
+
+// settle forgets l, the owner's lock, if it ended during a round of it
+// that failed with err: err reports the loss. busy must be held.
+func (h *Holders) settle(owner string, o *holder, l *redlock.Lock, err error) {
+	if err == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.liveLocked(owner, o) == nil && o.ended == l {
+		o.ended = nil
+	}
+}
+
+// Lost returns the error of a call, op on key, that found the lock of who
+// (such as "this Mutex") ended while held: it wraps redlock.ErrNotHeld and
+// l.Err, the cause.
+func Lost(op, key, who string, l *redlock.Lock) error {
+	cause := l.Err()
+	if errors.Is(cause, redlock.ErrNotHeld) {
+		return fmt.Errorf("%s %q: %s lost the lock: %w", op, key, who, cause)
+	}
+	return fmt.Errorf("%w: %s %q: %s lost the lock: %w", redlock.ErrNotHeld, op, key, who, cause)
+}
+
+// Get returns the lock the owner holds here; else the lock it held that
+// ended, until a call of the owner reports the loss or takes a new one;
+// else nil. It does not wait.
 func (h *Holders) Get(owner string) *redlock.Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if o := h.m[owner]; o != nil {
-		return o.lock.Load()
+		if l := h.liveLocked(owner, o); l != nil {
+			return l
+		}
+		return o.ended
+	}
+	return nil
+}
+
+// Holding returns the lock the owner holds here, or nil: a lock that
+// ended is not held. It does not wait.
+func (h *Holders) Holding(owner string) *redlock.Lock {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o := h.m[owner]; o != nil {
+		return h.liveLocked(owner, o)
 	}
 	return nil
 }
 
 // Take adds a hold for owner: it re-enters the lock the owner holds here,
 // else calls try once, or through Wait when block. A new lock is renewed
-// automatically with opts.AutoRenew.
+// automatically with opts.AutoRenew. Unless h.Anew, a Take after the
+// owner's lock ended reports the loss (see Lost) as a failed re-entry.
 //
 // Another call for owner under way makes it wait (block) or fail at once
 // with an error wrapping redlock.ErrNotObtained.
@@ -107,18 +233,32 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 		}
 	}
 	err := h.with(ctx, owner, refuse, func(o *holder) error {
-		if l := o.lock.Load(); l != nil {
-			return l.Reenter(ctx)
+		h.mu.Lock()
+		l, ended := h.liveLocked(owner, o), (*redlock.Lock)(nil)
+		if l == nil && !h.Anew {
+			ended = h.reportLocked(o)
 		}
-		var l *redlock.Lock
+		h.mu.Unlock()
+		switch {
+		case l != nil:
+			err := l.Reenter(ctx)
+			h.settle(owner, o, l, err)
+			return err
+		case ended != nil:
+			return Lost("reenter", key, fmt.Sprintf("owner %q", owner), ended)
+		}
+		var t *Turn
 		var err error
 		if block {
-			l, o.turn, err = Wait(ctx, c, key, wakeAll, opts, try)
+			l, t, err = Wait(ctx, c, key, wakeAll, opts, try)
 		} else if l, err = try(ctx); err == nil && opts.AutoRenew {
 			l.AutoRenew()
 		}
-		o.lock.Store(l)
-		return err
+		if err != nil {
+			return err
+		}
+		h.hold(owner, o, l, t)
+		return nil
 	})
 	if errors.Is(err, errOwnerBusy) {
 		return fmt.Errorf("%w: acquire %q: %w", redlock.ErrNotObtained, key, err)
@@ -130,29 +270,54 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 // last, or once its client is closed.
 // It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
 // here, at once even while a Lock of owner waits; op and key name the call
-// in its errors. It waits for another change of owner's holds under way;
-// if ctx ends first, it returns an error matching ctx.Err() and the hold
-// is kept.
+// in its errors, which report a lock that ended while held (see Lost). It
+// waits for another change of owner's holds under way; if ctx ends first,
+// it returns an error matching ctx.Err() and the hold is kept.
 func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
-	notHeld := func(o *holder) error {
-		if o.lock.Load() == nil {
-			return fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
+	who := fmt.Sprintf("owner %q", owner)
+	notHeldLocked := func(o *holder) error {
+		if l := h.reportLocked(o); l != nil {
+			return Lost(op, key, who, l)
 		}
-		return nil
+		return fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
 	}
-	err := h.with(ctx, owner, notHeld, func(o *holder) error {
-		if err := notHeld(o); err != nil {
-			return err
+	refuse := func(o *holder) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.liveLocked(owner, o) != nil {
+			return nil
 		}
-		l := o.lock.Load()
-		var released error
-		defer func() {
-			// A closed client's locks are left to expire, holds and all.
-			if l.Holds() == 0 || errors.Is(released, redlock.ErrClosed) {
-				o.forget()
+		return notHeldLocked(o)
+	}
+	err := h.with(ctx, owner, refuse, func(o *holder) error {
+		l := h.live(owner, o)
+		if l == nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return notHeldLocked(o)
+		}
+		t := o.turn
+		last := l.Holds() <= 1 // not under h.mu: it waits for a round of l
+		if last {
+			// Forgotten before the release, whose end of l is no loss.
+			h.mu.Lock()
+			if h.liveLocked(owner, o) != l { // it ended meanwhile
+				defer h.mu.Unlock()
+				return notHeldLocked(o)
 			}
-		}()
-		released = Release(ctx, l, o.turn, nil)
+			h.forgetLocked(o)
+			h.mu.Unlock()
+		}
+		released := Release(ctx, l, t, nil)
+		if !last {
+			h.settle(owner, o, l, released)
+			// A closed client's locks are left to expire, holds and all.
+			if errors.Is(released, redlock.ErrClosed) {
+				h.mu.Lock()
+				h.forgetLocked(o)
+				h.mu.Unlock()
+			}
+		}
 		return released
 	})
 	if errors.Is(err, errOwnerBusy) {
@@ -162,15 +327,25 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 }
 
 // Drop forgets the lock owner holds here and returns it and the turn it
-// was taken with (see Release), or nil and nil: at once, without waiting,
-// while a Lock of owner is under way.
-func (h *Holders) Drop(owner string) (*redlock.Lock, *Turn) {
-	var l *redlock.Lock
-	var t *Turn
-	_ = h.with(context.Background(), owner, func(*holder) error { return errOwnerBusy }, func(o *holder) error {
-		l, t = o.lock.Load(), o.turn
-		o.forget()
+// was taken with (see Release). If owner holds nothing, it returns instead
+// the lock that ended while held, not reported yet (see Lost), or nothing:
+// at once, without waiting, while a Lock of owner is under way.
+func (h *Holders) Drop(owner string) (l *redlock.Lock, t *Turn, ended *redlock.Lock) {
+	_ = h.with(context.Background(), owner, func(o *holder) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		ended = h.reportLocked(o)
+		return errOwnerBusy
+	}, func(o *holder) error {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if l = h.liveLocked(owner, o); l == nil {
+			ended = h.reportLocked(o)
+			return nil
+		}
+		t = o.turn
+		h.forgetLocked(o)
 		return nil
 	})
-	return l, t
+	return l, t, ended
 }

@@ -61,6 +61,12 @@ func (o Options) Check(client *redlock.Client, key, what string) (Options, error
 	return o, nil
 }
 
+// NilContext is the error of call op (such as "Mutex.Lock") on key when
+// its context is nil: it is refused before anything is done.
+func NilContext(op, key string) error {
+	return fmt.Errorf("%w: %s %q: nil context", redlock.ErrInvalidArgument, op, key)
+}
+
 func orDefault(v, def time.Duration) time.Duration {
 	if v == 0 {
 		return def
