@@ -232,6 +232,12 @@ func markArgs(args []any) []any {
 // lock, one more than now to re-enter. l.mu must be held.
 func (l *Lock) take(ctx context.Context, holds int) error {
 	c, m := l.client, l.mode
+	if holds == 1 {
+		// A new lock's round, and its validity, start once the masters
+		// are set up: setup must not spend its MasterTimeout. Before the
+		// proposed token is read, so that setup does not make it stale.
+		c.prepare(ctx)
+	}
 	undo, mark := l.args(l.ttl, int64(holds-1)), []any(nil)
 	if mark = undo; holds == 1 { // a re-entry undone keeps the lock
 		mark = markArgs(undo)
@@ -262,11 +268,6 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		if m.fenced && c.fencing {
 			o.grantWithin = l.ttl / 4
 		}
-	}
-	if holds == 1 {
-		// A new lock's round, and its validity, start once the masters
-		// are set up: setup must not spend its MasterTimeout.
-		c.prepare(ctx)
 	}
 	res, err := c.do(ctx, o)
 	if err != nil {
@@ -477,14 +478,19 @@ func (l *Lock) Reenter(ctx context.Context) error {
 	if err := checkContext(ctx, "reenter"); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	err := l.checkHeld("reenter")
-	if err == nil {
-		err = l.take(ctx, l.holds+1)
-	}
-	l.mu.Unlock()
-	l.reportOrPanic() // the loss the round may have found
+	err := l.reenter(ctx)
+	l.report() // the loss the round may have found
 	return err
+}
+
+// reenter is Reenter under l.mu, which a panic (an Observer's) lets go.
+func (l *Lock) reenter(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkHeld("reenter"); err != nil {
+		return err
+	}
+	return l.take(ctx, l.holds+1)
 }
 
 func (l *Lock) checkHeld(op string) error {
@@ -524,7 +530,7 @@ func (l *Lock) checkHeld(op string) error {
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	err := l.extend(ctx, ttl, "extend")
 	if l.check() == nil {
-		l.reportOrPanic() // the loss the round may have found
+		l.report() // the loss the round may have found
 	}
 	return err
 }
@@ -568,7 +574,10 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return err // its calls, which may still land, never shorten the lock
 	}
 	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
-		return fmt.Errorf("%w: %s %s: lost before it completed: %w", ErrNotHeld, name, quote(l.key), err)
+		if !errors.Is(err, ErrNotHeld) { // ErrClosed
+			return fmt.Errorf("%w: %s %s: %w", ErrNotHeld, name, quote(l.key), err)
+		}
+		return fmt.Errorf("%s: %w", name, err) // err names the key and why
 	}
 	l.ttl = ttl
 	if l.renew != nil && name != "renew" {
@@ -653,7 +662,7 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 		l.queueLocked(ctx, EventReleased, err)
 		l.sigMu.Unlock()
 	}
-	_, _ = l.report()
+	l.report()
 }
 
 // Release gives up one hold; the last one deletes the lock on every master
@@ -700,7 +709,16 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	if l.client.closing.Load() { // the lock was left to expire: see Client.Close
 		return errClosedOp("release", l.key)
 	}
+	err := l.releaseHold(ctx, queued)
+	l.report() // outside l.mu: a blocked Observer holds up no other call
+	return err
+}
+
+// releaseHold is release under l.mu, which a panic (an Observer's) lets go.
+// The caller reports the events it queues.
+func (l *Lock) releaseHold(ctx context.Context, queued func()) error {
 	l.mu.Lock()
+	defer l.mu.Unlock() // let go and taken again while renewal stops
 	if r := l.renew; r != nil && l.holds <= 1 {
 		l.renew, l.stopping = nil, true
 		l.mu.Unlock()
@@ -711,7 +729,6 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 			l.startRenewal()
 		}
 	}
-	defer l.mu.Unlock()
 	if l.holds == 0 {
 		// Sending it again could delete the same owner's next lock.
 		return fmt.Errorf("%w: release %s: already released", ErrNotHeld, quote(l.key))
@@ -719,10 +736,10 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	// A lock lost or run out before is not held, whoever answers in time.
 	var lostBy string
 	switch {
+	case !time.Now().Before(l.Until()): // whether or not a timer saw it
+		lostBy = "its validity had run out"
 	case errors.Is(l.lostCause(), ErrNotHeld):
 		lostBy = "it was lost before"
-	case !time.Now().Before(l.Until()):
-		lostBy = "its validity had run out"
 	}
 	l.holds--
 	if l.holds == 0 {
@@ -747,7 +764,6 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	} else if err != nil {
 		l.loseIfRefused(err)
 	}
-	l.reportOrPanic()
 	return err
 }
 

@@ -13,11 +13,13 @@ import (
 // the Client nor its Locks. ctx is the caller's context of the operation,
 // for tracing; it may have ended.
 //
-// They must not panic. A panic on the caller's goroutine reaches the caller
-// once the Lock's state is consistent (an Acquire that panics releases
-// the lock it got). A panic on the library's goroutines is recovered and
-// dropped, so that renewal and expiry go on and the process lives; the
-// Observer is not told.
+// They must not panic. ObserveRound, EventAcquired and EventWaited are
+// reported on the goroutine of the call they describe: a panic there
+// reaches the caller (an Acquire that panics releases the lock it got).
+// The other events are queued when the Lock's state changes and may be
+// reported on another goroutine, the library's own included: a panic in
+// one of them is recovered and dropped, so that the state stays consistent
+// and the process lives. So is a panic in a round of the renewal.
 //
 // They should not block. A Lock's events are reported outside its
 // mutexes, so a blocked Observer does not hold up Done, Err, Context or
@@ -148,18 +150,17 @@ func (l *Lock) queueLocked(ctx context.Context, kind EventKind, err error) {
 // goroutine; if another goroutine is already doing so, it leaves them to
 // that one and returns at once. It calls the Observer without sigMu, so
 // that a blocked Observer does not block Done, Err or Client.Close. A
-// panic of the Observer is recovered, the events after it reported all
-// the same, and the first one returned (panicked), for the caller to
-// drop on the library's goroutines or to raise again on the caller's.
-func (l *Lock) report() (p any, panicked bool) {
+// panic of the Observer is recovered and dropped: the event may not be
+// this goroutine's.
+func (l *Lock) report() {
 	o := l.client.observer
 	if o == nil {
-		return nil, false
+		return
 	}
 	l.sigMu.Lock()
 	if l.reporting {
 		l.sigMu.Unlock()
-		return nil, false
+		return
 	}
 	l.reporting = true
 	locked := true
@@ -178,35 +179,17 @@ func (l *Lock) report() (p any, panicked bool) {
 		l.events = l.events[1:]
 		l.sigMu.Unlock()
 		locked = false
-		v, ok := observeEvent(o, q)
+		observeEvent(o, q)
 		l.sigMu.Lock()
 		locked = true
-		if ok && !panicked {
-			p, panicked = v, true
-		}
 	}
 	l.events = nil
-	return p, panicked
 }
 
-// observeEvent calls o with q, and returns its panic, if any.
-func observeEvent(o Observer, q queuedEvent) (p any, panicked bool) {
-	panicked = true
-	defer func() {
-		if panicked {
-			p = recover()
-		}
-	}()
+// observeEvent calls o with q, and drops its panic, if any.
+func observeEvent(o Observer, q queuedEvent) {
+	defer func() { _ = recover() }()
 	o.ObserveEvent(q.ctx, q.e)
-	return nil, false
-}
-
-// reportOrPanic reports l's queued events (see report) on the caller's
-// goroutine, where the Observer's first panic goes on.
-func (l *Lock) reportOrPanic() {
-	if p, panicked := l.report(); panicked {
-		panic(p)
-	}
 }
 
 type backgroundKey struct{}

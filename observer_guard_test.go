@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,8 +101,7 @@ func TestObserverPanicOnTheRenewal(t *testing.T) {
 
 // TestObserverPanicInClose: an Observer that panics on the EventLost of
 // Client.Close does not stop Close from ending every lock and its renewal;
-// the panic reaches Close's caller afterwards, and a second Close returns
-// nil.
+// the panic is dropped, and a second Close returns nil.
 func TestObserverPanicInClose(t *testing.T) {
 	p := &panicky{on: map[EventKind]bool{EventLost: true}}
 	c, err := New(fakes(3), &Options{Observer: p, MasterTimeout: time.Second})
@@ -114,7 +114,7 @@ func TestObserverPanicInClose(t *testing.T) {
 		l.AutoRenew()
 		locks = append(locks, l)
 	}
-	require.PanicsWithValue(t, "observer event", func() { _ = c.Close() })
+	require.NotPanics(t, func() { assert.NoError(t, c.Close()) }, "a queued event's panic is dropped")
 	for _, l := range locks {
 		assert.ErrorIs(t, l.Err(), ErrClosed, "%s", l.Key())
 		assert.True(t, isClosed(l.Done()), "%s", l.Key())
@@ -189,4 +189,67 @@ func TestBlockedObserverBlocksNeitherErrNorRelease(t *testing.T) {
 	b.open <- struct{}{} // unblocks it; the deferred close then finds it gone
 	require.Eventually(t, func() bool { return len(b.kinds()) == 3 }, 10*time.Second, time.Millisecond)
 	assert.Equal(t, []EventKind{EventAcquired, EventLost, EventReleased}, b.kinds())
+}
+
+// TestObserverPanicInReenterLeavesTheLockUsable: a Reenter whose round's
+// Observer panics lets go of the Lock's mutex; the lock can then be
+// released and the Client closed (before, Release and Close hung). Each
+// call is bounded at 10s.
+func TestObserverPanicInReenterLeavesTheLockUsable(t *testing.T) {
+	p := &armedPanic{}
+	c, err := New(fakes(3), &Options{Observer: p, MasterTimeout: time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := c.AcquireAs(ctx, "k", "owner", 10*time.Second)
+	require.NoError(t, err)
+	l.AutoRenew()
+	p.armed.Store(true) // the re-entry's round panics
+	assert.PanicsWithValue(t, "observer round", func() { _ = l.Reenter(ctx) })
+	within(t, "Release", func() { _ = l.Release(ctx) })
+	within(t, "Close", func() { assert.NoError(t, c.Close()) })
+}
+
+// armedPanic is an Observer whose ObserveRound panics once armed.
+type armedPanic struct{ armed atomic.Bool }
+
+func (p *armedPanic) ObserveRound(context.Context, Round) {
+	if p.armed.Swap(false) {
+		panic("observer round")
+	}
+}
+
+func (p *armedPanic) ObserveEvent(context.Context, Event) {}
+
+// TestBlockedObserverOnReleaseBlocksNoOtherCall: while an Observer blocks
+// in a last Release's EventReleased, the Lock's other calls return: the
+// event is reported outside the Lock's mutex. Bounded at 10s.
+func TestBlockedObserverOnReleaseBlocksNoOtherCall(t *testing.T) {
+	b := &blocker{block: EventReleased, entered: make(chan struct{}), open: make(chan struct{})}
+	c := newFakeClient(t, fakes(3), &Options{Observer: b, MasterTimeout: time.Second})
+	l, err := c.Acquire(context.Background(), "k", 10*time.Second)
+	require.NoError(t, err)
+	go func() { _ = l.Release(context.Background()) }()
+	select {
+	case <-b.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not report")
+	}
+	defer close(b.open)
+	within(t, "Holds", func() { assert.Zero(t, l.Holds()) })
+	within(t, "Extend", func() { assert.ErrorIs(t, l.Extend(context.Background(), 10*time.Second), ErrNotHeld) })
+}
+
+// within fails the test if f does not return within 10s.
+func within(t *testing.T, name string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return within 10s", name)
+	}
 }

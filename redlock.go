@@ -414,21 +414,13 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // up to the client's Dialer.Timeout). Keys it gave up on expire with
 // their TTL. Nothing is left running afterwards.
 // Later operations return ErrClosed; calling Close again waits the same
-// way. Close does not close the go-redis clients. A panic of the Observer
-// on an EventLost that Close reports reaches the caller once Close has
-// done all of the above.
+// way. Close does not close the go-redis clients.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	var observerPanic any
-	defer func() {
-		if observerPanic != nil { // once Close has done its work
-			panic(observerPanic)
-		}
-	}()
 	defer c.stopTimeouts() // last: once the pipelines are closed, no round is pending
-	observerPanic = c.closeLocks()
+	c.closeLocks()
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -505,8 +497,8 @@ func (c *Client) abortPipes() {
 //
 // Acquire blocks until the quorum is decided, at most MasterTimeout after
 // the round starts. Before it, while fewer than a quorum of masters are
-// set up (a fresh client, or one whose pool opened a connection: see
-// Options.MasterTimeout), it waits for their setup, then for the others
+// set up (a fresh client's first acquire: see Options.MasterTimeout), it
+// waits for their setup, then for the others
 // twice as long as that took, for at most 4*MasterTimeout. A
 // failed attempt also waits for one try, bounded by MasterTimeout, to
 // release the masters it saw agree, and briefly (twice as long as the
@@ -687,9 +679,8 @@ func (c *Client) addRenewal() bool {
 
 // closeLocks ends every live lock with ErrClosed and waits for the
 // renewals to stop. Locks without a signal need nothing: Held and Err
-// check closing. An Observer's panic on EventLost does not stop it: it
-// returns the first, for Close to raise once it has done its work.
-func (c *Client) closeLocks() (observerPanic any) {
+// check closing.
+func (c *Client) closeLocks() {
 	c.locksMu.Lock()
 	c.closing.Store(true)
 	locks := c.locks
@@ -697,10 +688,7 @@ func (c *Client) closeLocks() (observerPanic any) {
 	c.locksMu.Unlock()
 	for l := range locks {
 		l.lose(ErrClosed)
-		if p, panicked := l.report(); panicked && observerPanic == nil {
-			observerPanic = p
-		}
+		l.report()
 	}
 	c.renewals.Wait()
-	return observerPanic
 }

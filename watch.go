@@ -40,7 +40,7 @@ var (
 func (l *Lock) signal() *lostSignal {
 	s := l.watch()
 	if l.check() == nil {
-		l.reportOrPanic()
+		l.report()
 	}
 	return s
 }
@@ -98,7 +98,7 @@ func (l *Lock) expire() {
 		l.loseLocked(l.expiredErr())
 	}
 	l.sigMu.Unlock()
-	_, _ = l.report()
+	l.report()
 }
 
 func (l *Lock) expiredErr() error {
@@ -211,7 +211,7 @@ func (l *Lock) AutoRenew() {
 		l.startRenewal()
 	}
 	l.mu.Unlock()
-	l.reportOrPanic() // the loss startRenewal may have found
+	l.report() // the loss startRenewal may have found
 }
 
 // startRenewal starts the renewal goroutine unless the client is closed;
@@ -246,7 +246,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 		case <-timer.C:
 		}
 		err := l.extend(ctx, l.currentTTL(), "renew")
-		_, _ = l.report()    // a loss the round found: EventLost
+		l.report()           // a loss the round found: EventLost
 		ttl = l.currentTTL() // what extend used: an Extend may have changed it
 		retry := max(ttl/10, l.client.masterTimeout)
 		switch {
@@ -265,7 +265,7 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 				err = fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err)
 			}
 			l.lose(err)
-			_, _ = l.report()
+			l.report()
 			return
 		default:
 			if !l.observeHeld(ctx, EventRenewalFailed, err) {
@@ -289,7 +289,7 @@ func (l *Lock) observeHeld(ctx context.Context, kind EventKind, err error) bool 
 		l.queueLocked(ctx, kind, err)
 	}
 	l.sigMu.Unlock()
-	_, _ = l.report()
+	l.report()
 	return held
 }
 
