@@ -10,9 +10,14 @@ import (
 // not wait for: opening its connections, loading the functions' library,
 // identifying the server. At most one is under way per master.
 type preparation struct {
-	mu   sync.Mutex
-	done chan struct{} // closed when the one under way ends; nil if none
+	mu    sync.Mutex
+	done  chan struct{} // closed when the one under way ends; nil if none
+	ended time.Time     // when the last one ended
 }
+
+// retryPreparation is how often a master's setup is tried again in the
+// background while a quorum is ready without it (a dead master, say).
+const retryPreparation = time.Second
 
 // unprepared reports whether master i has setup to do before an acquire:
 // its library's load is due (see pipeline.ProbeDue), or its server was
@@ -26,12 +31,15 @@ func (c *Client) unprepared(i int) bool {
 // prepare does the masters' setup before an acquire's round starts, so
 // that it does not count toward the round's MasterTimeout: a fresh
 // client's first acquire is then decided like any other. (A round after a
-// pool opened a connection still identifies that master within it.) It waits while fewer than a quorum of masters are ready,
-// then for the others twice as long as that took (at least
+// pool opened a connection still identifies that master within it.)
+//
+// While fewer than a quorum of masters are ready, it waits for their
+// setup, then for the others twice as long as that took (at least
 // minStragglerWait), for at most lateCallFactor*MasterTimeout in all, or
-// until ctx ends; setup still under way then goes on in the background,
+// until ctx ends. Setup still under way then goes on in the background,
 // under the same bound, and Close waits for it. Where a quorum is ready
-// already it waits for nothing.
+// it waits for nothing, and starts a master's setup in the background at
+// most once per retryPreparation.
 func (c *Client) prepare(ctx context.Context) {
 	var todo uint64 // masters with setup to do
 	ready := len(c.nodes)
@@ -44,24 +52,34 @@ func (c *Client) prepare(ctx context.Context) {
 	if todo == 0 {
 		return
 	}
+	wait := ready < c.quorum
 	c.mu.RLock()
 	if c.closed {
 		c.mu.RUnlock()
 		return
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	prepared := make(chan struct{}, len(c.nodes))
-	pending := 0
+	var dones []<-chan struct{}
 	for i := range c.nodes {
 		if todo&(1<<i) == 0 {
 			continue
 		}
-		done := c.startPreparation(i)
-		if ready >= c.quorum {
-			continue
+		if done := c.startPreparation(i, wait); wait {
+			dones = append(dones, done)
 		}
-		pending++
+	}
+	c.mu.RUnlock()
+	if wait {
+		c.awaitPreparation(ctx, dones, ready)
+	}
+}
+
+// awaitPreparation waits for the setups whose ends are dones, with ready
+// masters ready already, as prepare says.
+func (c *Client) awaitPreparation(ctx context.Context, dones []<-chan struct{}, ready int) {
+	stop := make(chan struct{})
+	defer close(stop)
+	prepared := make(chan struct{}, len(dones))
+	for _, done := range dones {
 		go func() {
 			select {
 			case <-done:
@@ -70,15 +88,11 @@ func (c *Client) prepare(ctx context.Context) {
 			}
 		}()
 	}
-	c.mu.RUnlock()
-	if pending == 0 {
-		return
-	}
 	start := time.Now()
 	bound := time.NewTimer(lateCallFactor * c.masterTimeout)
 	defer bound.Stop()
 	var grace <-chan time.Time
-	for ; pending > 0; pending-- {
+	for range dones {
 		select {
 		case <-prepared:
 			if ready++; ready == c.quorum {
@@ -97,15 +111,19 @@ func (c *Client) prepare(ctx context.Context) {
 }
 
 // startPreparation starts the setup of master i, unless one is under way,
-// and returns a channel closed when it ends. c.mu must be read-locked, and
-// c not closed.
-func (c *Client) startPreparation(i int) <-chan struct{} {
+// and returns a channel closed when it ends. Unless needed, it starts none
+// within retryPreparation of the last one's end, and may return nil. c.mu
+// must be read-locked, and c not closed.
+func (c *Client) startPreparation(i int, needed bool) <-chan struct{} {
 	nd := &c.nodes[i]
 	p := nd.prep
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done != nil {
 		return p.done
+	}
+	if !needed && time.Since(p.ended) < retryPreparation {
+		return nil
 	}
 	done := make(chan struct{})
 	p.done = done
@@ -123,7 +141,7 @@ func (c *Client) startPreparation(i int) <-chan struct{} {
 			_, _ = nd.id.get(ctx) // an error is left to the round's admit
 		}
 		p.mu.Lock()
-		p.done = nil
+		p.done, p.ended = nil, time.Now()
 		p.mu.Unlock()
 		close(done)
 	}()
