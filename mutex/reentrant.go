@@ -81,7 +81,8 @@ func (r *Reentrant) lock(ctx context.Context, op, owner string, block bool) erro
 // Unlock removes one of owner's holds; the last one releases the lock on
 // the masters. It returns an error wrapping redlock.ErrNotHeld if owner
 // holds nothing here (another owner's Unlock gets it too), or if a quorum
-// no longer held the lock. It blocks for one quorum round; while owner
+// no longer held the lock; one wrapping redlock.ErrNoQuorum where too few
+// masters answered in time to tell (see redlock.Lock.Release). It blocks for one quorum round; while owner
 // holds the lock, after another call of owner's that is under way (if ctx
 // ends first, the error matches ctx.Err() and the hold is kept), and while
 // owner holds nothing, it returns ErrNotHeld at once. After owner's lock

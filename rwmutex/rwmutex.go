@@ -145,7 +145,8 @@ func (m *RWMutex) lock(ctx context.Context, op string, side *retry.Holders, owne
 // RUnlock removes one of owner's read holds; the last one releases its
 // read lock and wakes waiting writers. It returns an error wrapping
 // redlock.ErrNotHeld if owner holds no read lock here, or if its hold had
-// already expired on a quorum. While owner reads, it waits for another
+// already expired on a quorum; one wrapping redlock.ErrNoQuorum where too
+// few masters answered in time to tell. While owner reads, it waits for another
 // call of owner's reads that is under way (if ctx ends first, the error
 // matches ctx.Err() and the hold is kept); while owner holds no read lock,
 // it returns ErrNotHeld at once. After owner's read lock was lost, it
