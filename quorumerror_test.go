@@ -47,14 +47,7 @@ func TestStalledMastersAreNoQuorumNotNotHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Reenter(ctx)) // two holds: the first Release leaves one
 	heldEverywhere(t, fs, 2)
-	for _, f := range fs[2:] {
-		f.block(false)
-	}
-	t.Cleanup(func() { // before Close, which waits for their calls
-		for _, f := range fs[2:] {
-			f.unblock()
-		}
-	})
+	stall(t, fs[2:]...)
 
 	for _, tc := range []struct {
 		op  string
@@ -112,14 +105,7 @@ func TestRefusalsStillProveNotHeld(t *testing.T) {
 				f.set("{k}", "thief")
 			}
 			stalled := fs[tc.refuse : tc.refuse+tc.stall]
-			for _, f := range stalled {
-				f.block(false)
-			}
-			t.Cleanup(func() {
-				for _, f := range stalled {
-					f.unblock()
-				}
-			})
+			stall(t, stalled...)
 			err = l.Release(ctx) // leaves a hold
 			require.ErrorIs(t, err, tc.want)
 			assert.NotErrorIs(t, err, tc.notWant)
@@ -147,14 +133,7 @@ func TestRenewalThatGivesUpSaysNotHeldOnce(t *testing.T) {
 	l, err := c.Acquire(ctx, "k", 3*time.Second)
 	require.NoError(t, err)
 	heldEverywhere(t, fs, 1)
-	for _, f := range fs[1:] {
-		f.block(false)
-	}
-	t.Cleanup(func() {
-		for _, f := range fs[1:] {
-			f.unblock()
-		}
-	})
+	stall(t, fs[1:]...)
 	l.AutoRenew()
 	select {
 	case <-l.Done():
@@ -318,18 +297,25 @@ func TestReleaseAfterTheValidityRanOutIsNotHeld(t *testing.T) {
 	l, err := c.Acquire(ctx, "k", 1500*time.Millisecond)
 	require.NoError(t, err)
 	heldEverywhere(t, fs, 1)
-	for _, f := range fs[1:] {
-		f.block(false)
-	}
-	t.Cleanup(func() {
-		for _, f := range fs[1:] {
-			f.unblock()
-		}
-	})
+	stall(t, fs[1:]...)
 	time.Sleep(time.Until(l.Until()))
 	err = l.Release(ctx)
 	require.ErrorIs(t, err, ErrNotHeld)
 	require.ErrorIs(t, err, ErrNoQuorum)
 	t.Log(err)
 	assert.True(t, strings.HasPrefix(err.Error(), `redlock: lock not held: release "k": 1 of 3 masters agreed, 2 needed, 2 gave no answer; its validity had run out (`), err.Error())
+}
+
+// stall makes fs answer nothing until the test's cleanup, which runs
+// before an earlier-registered Close waits for their calls.
+func stall(t *testing.T, fs ...*fakeMaster) {
+	t.Helper()
+	for _, f := range fs {
+		f.block(false)
+	}
+	t.Cleanup(func() {
+		for _, f := range fs {
+			f.unblock()
+		}
+	})
 }
