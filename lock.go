@@ -522,8 +522,10 @@ func (l *Lock) checkHeld(op string) error {
 // so many masters answered that they do not hold it that the others
 // cannot make a quorum: the lock is lost at once, and Done closes with
 // that error (see Done). It also wraps ErrNotHeld where a quorum agreed
-// too late, with no validity left. Else too few masters answered in time:
-// it wraps ErrNoQuorum, and the lock is still held until Until.
+// too late, with no validity left from the round's start (Expired): the
+// lock is not extended, but not lost either, and stays held until Until.
+// Else too few masters answered in time: it wraps ErrNoQuorum, and the
+// lock is still held until Until.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
 // any Reenter, Release or renewal of the same Lock under way.
