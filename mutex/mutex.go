@@ -24,9 +24,11 @@ import (
 // redlock.Lock.Done: its validity ran out, renewal failed, a round found
 // it lost, Client.Close, or a Release on the Lock itself), as if Unlock
 // had run. A Lock or TryLock can then take the lock anew, without Unlock,
-// and a waiting Lock tries. The next Unlock reports the loss, unless a
-// Lock took the lock again first: like sync.Mutex, it then unlocks that
-// new hold, whichever goroutine calls it.
+// and a waiting Lock tries. Each loss is then reported once, by an Unlock,
+// before any Unlock releases a lock taken later: the Mutex cannot tell its
+// goroutines apart, and the deferred Unlock of a lost hold must not
+// release another goroutine's lock. Until then Current returns the lost
+// lock, and Extend fails.
 //
 // Make one with New: on a zero Mutex, and with a nil context, Lock,
 // TryLock, Unlock and Extend return an error wrapping
@@ -165,6 +167,6 @@ func (m *Mutex) Extend(ctx context.Context) error {
 // Current returns the lock this Mutex holds, or nil. Its Token is the
 // fencing token to hand to the protected resource; its Done, Err and
 // Context tell when the lock is lost; Until when it runs out. After a
-// loss it returns the lost lock, until Unlock reports the loss or a Lock
-// takes the lock anew.
+// loss it returns the lost lock until an Unlock reports the loss, even
+// where a Lock took the lock anew (see Mutex).
 func (m *Mutex) Current() *redlock.Lock { return m.holds.Get("") }

@@ -67,9 +67,11 @@ func freeOnMasters(t *testing.T, cl *integration.Cluster, key string) {
 }
 
 // TestLostLockUnlocksTheMutex: once the lock is lost, the Mutex holds
-// nothing: TryLock and Lock take the lock anew without an Unlock, and
-// Current gives the new lock. (Before, TryLock answered "this Mutex holds
-// it" and Lock waited for its context until an Unlock.)
+// nothing: TryLock and Lock take the lock anew without an Unlock. The
+// first Unlock then reports the loss and leaves the new lock held; Current
+// gives the new lock from then on, and the next Unlock releases it.
+// (Before, TryLock answered "this Mutex holds it" and Lock waited for its
+// context until an Unlock.)
 func TestLostLockUnlocksTheMutex(t *testing.T) {
 	cl, c := lossClient(t)
 	for _, tc := range []struct {
@@ -106,9 +108,11 @@ func TestLostLockUnlocksTheMutex(t *testing.T) {
 				} else {
 					require.NoError(t, harness.Within(t, relock, func() error { return m.Lock(ctx) }))
 				}
+				assert.Same(t, lost, m.Current(), "the loss comes first")
+				require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the loss, reported")
 				got := m.Current()
 				require.NotSame(t, lost, got, "Current gives the new lock")
-				assert.True(t, got.Held())
+				assert.True(t, got.Held(), "the report left the new lock held")
 				require.NoError(t, m.Unlock(ctx), "the new hold")
 				freeOnMasters(t, cl, "k")
 				require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld)
@@ -119,7 +123,10 @@ func TestLostLockUnlocksTheMutex(t *testing.T) {
 
 // TestLostLockWakesTheMutexsWaiter: a goroutine that waits in Lock for the
 // holder of the same Mutex gets the lock once the holder's lock is lost.
-// (Before, it waited until its context ended.)
+// (Before, it waited until its context ended.) The old holder's Unlock then
+// reports its loss and leaves the waiter's new lock held: it must not end
+// another goroutine's critical section (review of the first version, where
+// it released the new lock and returned nil).
 func TestLostLockWakesTheMutexsWaiter(t *testing.T) {
 	cl, c := lossClient(t)
 	ctx := bounded(t)
@@ -135,8 +142,14 @@ func TestLostLockWakesTheMutexsWaiter(t *testing.T) {
 	}
 	loseByRefusal(t, cl, lost)
 	waitLock(t, got, "the waiter after the loss")
-	require.NotSame(t, lost, m.Current())
-	require.NoError(t, m.Unlock(ctx))
+	require.Same(t, lost, m.Current(), "the loss comes first")
+	require.ErrorIs(t, m.Extend(ctx), redlock.ErrNotHeld, "the old holder cannot extend the new lock")
+	require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the old holder's Unlock reports its loss")
+	taken := m.Current()
+	require.NotSame(t, lost, taken)
+	assert.True(t, taken.Held(), "the waiter's lock is still held")
+	require.NoError(t, m.Extend(ctx), "the waiter's")
+	require.NoError(t, m.Unlock(ctx), "the waiter's Unlock")
 	freeOnMasters(t, cl, "k")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -13,7 +14,9 @@ import (
 // Holders keeps, per owner, the lock that owner holds through one handle.
 // A hold ends with its lock (see redlock.Lock.Done: lost, expired, its
 // Client closed, or released on the Lock itself): the owner holds nothing
-// then, and the next call of the owner that looks reports the loss once.
+// then, and one later call of the owner reports the loss. Losses wait for
+// their reports, oldest first, even past a new hold: a release reports a
+// loss before it touches a newer lock, which it might not belong to.
 // Changes for one owner run one at a time (a blocked Lock holds up only
 // its own owner, and a call that waits for it still ends with its
 // context); reads never wait. The zero value is ready; it is safe for
@@ -39,9 +42,9 @@ type holder struct {
 	lock  atomic.Pointer[redlock.Lock]
 	turn  *Turn // the turn lock was taken with (see Wait); guarded by busy
 	users int   // calls using this holder; guarded by Holders.mu
-	// ended is the lock that ended while held, until a call reports it;
-	// guarded by Holders.mu.
-	ended *redlock.Lock
+	// lost are the locks that ended while held, oldest first, until calls
+	// report them; guarded by Holders.mu.
+	lost []*redlock.Lock
 	// unwatch stops the watch of lock's end (see Ended); guarded by
 	// Holders.mu.
 	unwatch func() bool
@@ -72,7 +75,7 @@ func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *hold
 	defer func() {
 		h.mu.Lock()
 		// Another call for the owner may have stored a lock since: look again.
-		if o.users--; o.users == 0 && o.lock.Load() == nil && o.ended == nil {
+		if o.users--; o.users == 0 && o.lock.Load() == nil && len(o.lost) == 0 {
 			delete(h.m, owner)
 		}
 		h.mu.Unlock()
@@ -100,12 +103,12 @@ func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *hold
 // held. With Ended set, the hold ends as soon as l ends.
 func (h *Holders) hold(owner string, o *holder, l *redlock.Lock, t *Turn) {
 	o.turn = t
+	ended := l.Context() // not under h.mu: it may report events
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	o.lock.Store(l)
-	o.ended = nil // a new hold: the loss is no longer news
+	o.lock.Store(l) // earlier losses stay to be reported
 	if h.Ended != nil {
-		o.unwatch = context.AfterFunc(l.Context(), func() {
+		o.unwatch = context.AfterFunc(ended, func() {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if o.lock.Load() == l { // else released, or ended already
@@ -119,17 +122,16 @@ func (h *Holders) hold(owner string, o *holder, l *redlock.Lock, t *Turn) {
 // lock must be l.
 func (h *Holders) endLocked(owner string, o *holder, l *redlock.Lock) {
 	h.forgetLocked(o)
-	o.ended = l
+	o.lost = append(o.lost, l)
 	if h.Ended != nil {
 		h.Ended(owner)
 	}
 }
 
-// forgetLocked drops o's lock and any loss to report; h.mu must be held.
-// The turn stays, guarded by busy: the next hold sets it.
+// forgetLocked drops o's lock; h.mu must be held. The turn stays, guarded
+// by busy: the next hold sets it. Losses to report stay too.
 func (h *Holders) forgetLocked(o *holder) {
 	o.lock.Store(nil)
-	o.ended = nil
 	if o.unwatch != nil {
 		o.unwatch()
 		o.unwatch = nil
@@ -143,27 +145,22 @@ func (h *Holders) liveLocked(owner string, o *holder) *redlock.Lock {
 	if l == nil {
 		return nil
 	}
-	select {
-	case <-l.Done():
+	if !l.Held() { // not Done, which reports events: no Observer under h.mu
 		h.endLocked(owner, o, l)
 		return nil
-	default:
-		return l
 	}
+	return l
 }
 
-// live is liveLocked with h.mu.
-func (h *Holders) live(owner string, o *holder) *redlock.Lock {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.liveLocked(owner, o)
-}
-
-// reportLocked returns, and forgets, the lock of o that ended and was not
-// reported yet, or nil; h.mu must be held.
+// reportLocked returns, and forgets, the oldest lock of o that ended and
+// was not reported yet, or nil; h.mu must be held.
 func (h *Holders) reportLocked(o *holder) *redlock.Lock {
-	l := o.ended
-	o.ended = nil
+	if len(o.lost) == 0 {
+		return nil
+	}
+	l := o.lost[0]
+	o.lost[0] = nil
+	o.lost = o.lost[1:]
 	return l
 }
 
@@ -175,8 +172,8 @@ func (h *Holders) settle(owner string, o *holder, l *redlock.Lock, err error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.liveLocked(owner, o) == nil && o.ended == l {
-		o.ended = nil
+	if h.liveLocked(owner, o) == nil {
+		o.lost = slices.DeleteFunc(o.lost, func(x *redlock.Lock) bool { return x == l })
 	}
 }
 
@@ -191,17 +188,19 @@ func Lost(op, key, who string, l *redlock.Lock) error {
 	return fmt.Errorf("%w: %s %q: %s lost the lock: %w", redlock.ErrNotHeld, op, key, who, cause)
 }
 
-// Get returns the lock the owner holds here; else the lock it held that
-// ended, until a call of the owner reports the loss or takes a new one;
-// else nil. It does not wait.
+// Get returns the oldest lock the owner held here that ended, until a
+// call of the owner reports the loss; else the lock it holds; else nil.
+// A loss comes first: the caller may be the one that held it. It does not
+// wait.
 func (h *Holders) Get(owner string) *redlock.Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if o := h.m[owner]; o != nil {
-		if l := h.liveLocked(owner, o); l != nil {
-			return l
+		l := h.liveLocked(owner, o)
+		if len(o.lost) > 0 {
+			return o.lost[0]
 		}
-		return o.ended
+		return l
 	}
 	return nil
 }
@@ -274,27 +273,35 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 // waits for another change of owner's holds under way; if ctx ends first,
 // it returns an error matching ctx.Err() and the hold is kept.
 func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
-	who := fmt.Sprintf("owner %q", owner)
-	notHeldLocked := func(o *holder) error {
-		if l := h.reportLocked(o); l != nil {
-			return Lost(op, key, who, l)
+	// notHeld is the error of a call that found no lock to release; lost
+	// is the loss it reports, if any, taken under h.mu. Built outside it:
+	// Lost asks the lock's Err, which may report events.
+	notHeld := func(lost *redlock.Lock) error {
+		if lost != nil {
+			return Lost(op, key, fmt.Sprintf("owner %q", owner), lost)
 		}
 		return fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
 	}
-	refuse := func(o *holder) error {
+	// releasable returns o's live lock where no loss waits to be reported
+	// first; else nil, and the loss it reports, if any.
+	releasable := func(o *holder) (l, lost *redlock.Lock) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.liveLocked(owner, o) != nil {
-			return nil
+		if l = h.liveLocked(owner, o); l == nil || len(o.lost) > 0 {
+			return nil, h.reportLocked(o)
 		}
-		return notHeldLocked(o)
+		return l, nil
+	}
+	refuse := func(o *holder) error {
+		if l, lost := releasable(o); l == nil {
+			return notHeld(lost)
+		}
+		return nil
 	}
 	err := h.with(ctx, owner, refuse, func(o *holder) error {
-		l := h.live(owner, o)
+		l, lost := releasable(o)
 		if l == nil {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			return notHeldLocked(o)
+			return notHeld(lost)
 		}
 		t := o.turn
 		last := l.Holds() <= 1 // not under h.mu: it waits for a round of l
@@ -302,8 +309,9 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 			// Forgotten before the release, whose end of l is no loss.
 			h.mu.Lock()
 			if h.liveLocked(owner, o) != l { // it ended meanwhile
-				defer h.mu.Unlock()
-				return notHeldLocked(o)
+				lost := h.reportLocked(o)
+				h.mu.Unlock()
+				return notHeld(lost)
 			}
 			h.forgetLocked(o)
 			h.mu.Unlock()
@@ -327,9 +335,10 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 }
 
 // Drop forgets the lock owner holds here and returns it and the turn it
-// was taken with (see Release). If owner holds nothing, it returns instead
-// the lock that ended while held, not reported yet (see Lost), or nothing:
-// at once, without waiting, while a Lock of owner is under way.
+// was taken with (see Release). Where a lock that ended while held was not
+// reported yet, it returns instead the oldest such (see Lost), and keeps
+// the hold. Else nothing: at once, without waiting, while a Lock of owner
+// is under way.
 func (h *Holders) Drop(owner string) (l *redlock.Lock, t *Turn, ended *redlock.Lock) {
 	_ = h.with(context.Background(), owner, func(o *holder) error {
 		h.mu.Lock()
@@ -339,8 +348,8 @@ func (h *Holders) Drop(owner string) (l *redlock.Lock, t *Turn, ended *redlock.L
 	}, func(o *holder) error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if l = h.liveLocked(owner, o); l == nil {
-			ended = h.reportLocked(o)
+		if l = h.liveLocked(owner, o); l == nil || len(o.lost) > 0 {
+			l, ended = nil, h.reportLocked(o)
 			return nil
 		}
 		t = o.turn
