@@ -189,11 +189,16 @@ func TestThreeDeadMastersFailAndLeaveNothing(t *testing.T) {
 	require.ErrorAs(t, err, &qe)
 	assert.Equal(t, "acquire", qe.Op)
 	assert.Equal(t, 3, qe.Quorum)
-	assert.Equal(t, 2, qe.Agreed, "the survivors agreed, then were undone")
+	// The dead masters fail at once, so the round may be decided before
+	// the survivors answer: an agreement that comes after the decision is
+	// undone and does not count (ErrNoReply).
+	assert.LessOrEqual(t, qe.Agreed, 2, "at most the survivors agreed")
 	var failed []string
 	for _, m := range qe.Failed() {
-		require.Error(t, m.Err, "a dead master is an error, not a refusal")
-		failed = append(failed, m.Master)
+		require.Error(t, m.Err, "a master that did not agree has an error")
+		if !errors.Is(m.Err, redlock.ErrNoReply) {
+			failed = append(failed, m.Master)
+		}
 	}
 	assert.Equal(t, dead, failed, "the error names the three dead masters")
 	for _, addr := range dead {
