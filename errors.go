@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/go-redlock/redlock/internal/clip"
 )
 
 var (
@@ -253,22 +253,9 @@ func (e *QuorumError) lost(why string) *QuorumError {
 // undone.
 var errAgreedLate = fmt.Errorf("%w (it agreed later: undone)", ErrNoReply)
 
-// maxQuoted is how many bytes of a key an error message quotes.
-const maxQuoted = 64
-
-// quote quotes s, a key or value, for an error message: its first
-// maxQuoted bytes, cut at a character's start, and its length if longer.
-// A 1 MiB key must not make every error 1 MiB.
-func quote(s string) string {
-	if len(s) <= maxQuoted {
-		return strconv.Quote(s)
-	}
-	n := maxQuoted
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return strconv.Quote(s[:n]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
-}
+// quote quotes a key or value for an error message, cut short (see
+// clip.Quote).
+func quote(s string) string { return clip.Quote(s) }
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)

@@ -773,5 +773,5 @@ func (l *Lock) String() string {
 	if l == nil {
 		return "redlock.Lock(nil)"
 	}
-	return "redlock.Lock(" + strconv.Quote(l.key) + ")"
+	return "redlock.Lock(" + quote(l.key) + ")"
 }

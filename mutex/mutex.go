@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/clip"
 	"github.com/go-redlock/redlock/internal/retry"
 )
 
@@ -88,7 +89,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	select {
 	case m.turn <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: acquire %q: gave up waiting for this Mutex's own holder: %w", redlock.ErrNotObtained, m.key, ctx.Err())
+		return fmt.Errorf("%w: acquire %s: gave up waiting for this Mutex's own holder: %w", redlock.ErrNotObtained, clip.Quote(m.key), ctx.Err())
 	}
 	return m.acquire(ctx, true)
 }
@@ -105,7 +106,7 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 	select {
 	case m.turn <- struct{}{}:
 	default:
-		return fmt.Errorf("%w: acquire %q: this Mutex holds it", redlock.ErrNotObtained, m.key)
+		return fmt.Errorf("%w: acquire %s: this Mutex holds it", redlock.ErrNotObtained, clip.Quote(m.key))
 	}
 	return m.acquire(ctx, false)
 }
@@ -141,7 +142,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return retry.Lost("release", m.key, "this Mutex", lost)
 	}
 	if l == nil {
-		return fmt.Errorf("%w: release %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
+		return fmt.Errorf("%w: release %s: this Mutex does not hold it", redlock.ErrNotHeld, clip.Quote(m.key))
 	}
 	// The Mutex is free for its other goroutines as soon as the release
 	// hands the lock on (see retry.Release).
@@ -159,7 +160,7 @@ func (m *Mutex) Extend(ctx context.Context) error {
 	}
 	l := m.Current()
 	if l == nil {
-		return fmt.Errorf("%w: extend %q: this Mutex does not hold it", redlock.ErrNotHeld, m.key)
+		return fmt.Errorf("%w: extend %s: this Mutex does not hold it", redlock.ErrNotHeld, clip.Quote(m.key))
 	}
 	return l.Extend(ctx, m.opts.TTL)
 }

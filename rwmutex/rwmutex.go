@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/clip"
 	"github.com/go-redlock/redlock/internal/link"
 	"github.com/go-redlock/redlock/internal/retry"
 )
@@ -126,7 +127,7 @@ func (m *RWMutex) lock(ctx context.Context, op string, side *retry.Holders, owne
 		return err
 	}
 	if !read && m.readers.Holding(owner) != nil && m.writers.Holding(owner) == nil {
-		return fmt.Errorf("%w: acquire write %q: owner %q reads it: %w", redlock.ErrNotObtained, m.key, owner, redlock.ErrUpgrade)
+		return fmt.Errorf("%w: acquire write %s: owner %q reads it: %w", redlock.ErrNotObtained, clip.Quote(m.key), owner, redlock.ErrUpgrade)
 	}
 	// A release may admit every waiting reader, but only one writer.
 	return side.Take(ctx, m.client, m.key, owner, read, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {

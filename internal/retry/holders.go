@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/clip"
 )
 
 // Holders keeps, per owner, the lock that owner holds through one handle.
@@ -183,9 +184,9 @@ func (h *Holders) settle(owner string, o *holder, l *redlock.Lock, err error) {
 func Lost(op, key, who string, l *redlock.Lock) error {
 	cause := l.Err()
 	if errors.Is(cause, redlock.ErrNotHeld) {
-		return fmt.Errorf("%s %q: %s lost the lock: %w", op, key, who, cause)
+		return fmt.Errorf("%s %s: %s lost the lock: %w", op, clip.Quote(key), who, cause)
 	}
-	return fmt.Errorf("%w: %s %q: %s lost the lock: %w", redlock.ErrNotHeld, op, key, who, cause)
+	return fmt.Errorf("%w: %s %s: %s lost the lock: %w", redlock.ErrNotHeld, op, clip.Quote(key), who, cause)
 }
 
 // Get returns the oldest lock the owner held here that ended, until a
@@ -228,7 +229,7 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 	var refuse func(*holder) error
 	if !block {
 		refuse = func(*holder) error {
-			return fmt.Errorf("%w: acquire %q: another call of owner %q is under way", redlock.ErrNotObtained, key, owner)
+			return fmt.Errorf("%w: acquire %s: another call of owner %q is under way", redlock.ErrNotObtained, clip.Quote(key), owner)
 		}
 	}
 	err := h.with(ctx, owner, refuse, func(o *holder) error {
@@ -260,7 +261,7 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 		return nil
 	})
 	if errors.Is(err, errOwnerBusy) {
-		return fmt.Errorf("%w: acquire %q: %w", redlock.ErrNotObtained, key, err)
+		return fmt.Errorf("%w: acquire %s: %w", redlock.ErrNotObtained, clip.Quote(key), err)
 	}
 	return err
 }
@@ -280,7 +281,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		if lost != nil {
 			return Lost(op, key, fmt.Sprintf("owner %q", owner), lost)
 		}
-		return fmt.Errorf("%w: %s %q: owner %q holds nothing here", redlock.ErrNotHeld, op, key, owner)
+		return fmt.Errorf("%w: %s %s: owner %q holds nothing here", redlock.ErrNotHeld, op, clip.Quote(key), owner)
 	}
 	// releasable returns o's live lock where no loss waits to be reported
 	// first; else nil, and the loss it reports, if any.
@@ -329,7 +330,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		return released
 	})
 	if errors.Is(err, errOwnerBusy) {
-		return fmt.Errorf("%s %q: %w", op, key, err)
+		return fmt.Errorf("%s %s: %w", op, clip.Quote(key), err)
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/clip"
 	"github.com/go-redlock/redlock/internal/link"
 )
 
@@ -64,7 +65,7 @@ func (o Options) Check(client *redlock.Client, key, what string) (Options, error
 // NilContext is the error of call op (such as "Mutex.Lock") on key when
 // its context is nil: it is refused before anything is done.
 func NilContext(op, key string) error {
-	return fmt.Errorf("%w: %s %q: nil context", redlock.ErrInvalidArgument, op, key)
+	return fmt.Errorf("%w: %s %s: nil context", redlock.ErrInvalidArgument, op, clip.Quote(key))
 }
 
 func orDefault(v, def time.Duration) time.Duration {
@@ -94,7 +95,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	if !wakeAll {
 		var err error
 		if t, waited, err = takeTurn(ctx, c, key); err != nil {
-			err = fmt.Errorf("%w: acquire %q: gave up waiting for a turn among this process's holder and waiters: %w", redlock.ErrNotObtained, key, err)
+			err = fmt.Errorf("%w: acquire %s: gave up waiting for a turn among this process's holder and waiters: %w", redlock.ErrNotObtained, clip.Quote(key), err)
 			link.ObserveWait(ctx, c, key, time.Since(start), nil, err)
 			return nil, nil, err
 		}
