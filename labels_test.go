@@ -18,7 +18,7 @@ import (
 func TestRoundGoroutinesRunUnderTheCallersLabels(t *testing.T) {
 	c := newFakeClient(t, fakes(1), nil)
 	ctx := pprof.WithLabels(context.Background(), pprof.Labels("request", "mine"))
-	r := &round{ctx: newCallContext(ctx, &c.callTimeouts)}
+	r := &round{c: c, ctx: newCallContext(ctx, &c.callTimeouts)}
 	r.running.Store(1)
 	c.inflight.Add(1)
 
@@ -29,12 +29,12 @@ func TestRoundGoroutinesRunUnderTheCallersLabels(t *testing.T) {
 		<-release
 	}
 	pprof.Do(context.Background(), pprof.Labels("request", "other"), func(context.Context) {
-		c.background(r, func() { wait() })
+		r.background(func() { wait() })
 		c.spawn(ctx, func() { wait() })
 	})
 	<-started
 	<-started
 	defer close(release)
-	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, harness.GoroutineLabels(t, "redlock.(*Client).background.func1"))
+	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, harness.GoroutineLabels(t, "redlock.(*round).background.func1"))
 	assert.Equal(t, []string{`# labels: {"request":"mine"}`}, harness.GoroutineLabels(t, "redlock.(*Client).spawn.func1"))
 }

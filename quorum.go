@@ -91,7 +91,7 @@ type outcome struct {
 
 // round is the shared state of one op's fan-out. The decider (Client.do)
 // and the masters' pipelines, which answer each call through its slot
-// (see Client.complete), communicate through it:
+// (see slot.Complete), communicate through it:
 //   - a call's answer is written to its slot, then counted (tally), unless
 //     the count has closed; the answer that settles the count, or the
 //     round's deadline (see expire), whichever comes first, signals ready;
@@ -209,7 +209,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	}
 	if ctx.Err() != nil && !o.keep {
 		c.mu.RUnlock()
-		return outcome{}, c.quorumError(ctx, r, false, false, 0) // nothing sent
+		return outcome{}, r.quorumError(ctx, false, false, 0) // nothing sent
 	}
 	res := outcome{start: time.Now()}
 	if c.observer != nil {
@@ -229,7 +229,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	c.inflight.Add(n)
 	c.mu.RUnlock()
 	for i := range c.nodes {
-		c.start(r, i)
+		r.send(i)
 	}
 	if o.wakes != "" && o.early {
 		c.handOff(o)
@@ -252,12 +252,12 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	late := ok && o.grantWithin > 0 && elapsed > o.grantWithin
 	expired := late || ok && o.ttl > 0 && validity(o.ttl, elapsed, c.driftFactor) <= 0
 	if o.withdrawable {
-		c.withdraw(r, elapsed)
+		r.withdraw(elapsed)
 	}
 	if ok && !expired {
-		c.decide(r)
+		r.decide()
 		if c.observer != nil { // reads only the slots read above
-			c.observeRound(ctx, r, res, elapsed, nil, timedOut)
+			r.observe(ctx, res, elapsed, nil, timedOut)
 		}
 		return res, nil
 	}
@@ -265,12 +265,12 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	if o.undo != nil {
 		r.finished = make(chan int, n) // written by settle
 	}
-	c.decide(r)
+	r.decide()
 	if r.finished != nil {
 		var grace <-chan time.Time
 		if ctx.Err() == nil && !timedOut {
 			wait := c.masterTimeout - elapsed
-			if r.replied() {
+			if r.heardReply() {
 				wait = min(max(2*elapsed, minStragglerWait), wait)
 			}
 			t := time.NewTimer(wait)
@@ -279,10 +279,10 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		}
 		r.awaitUndo(grace)
 	}
-	qe := c.quorumError(ctx, r, expired, timedOut, elapsed)
+	qe := r.quorumError(ctx, expired, timedOut, elapsed)
 	qe.late = late
 	if c.observer != nil {
-		c.observeRound(ctx, r, res, elapsed, qe, timedOut)
+		r.observe(ctx, res, elapsed, qe, timedOut)
 	}
 	return outcome{}, qe
 }
@@ -311,7 +311,8 @@ func (r *round) signalLocked() {
 // the client the replies, at the moment it is slowest. Where an acquire is
 // withdrawn nothing needs undoing, and the lock's releases skip that
 // master.
-func (c *Client) withdraw(r *round, elapsed time.Duration) {
+func (r *round) withdraw(elapsed time.Duration) {
+	c := r.c
 	behind := max(2*elapsed, c.masterTimeout/20)
 	for i := range r.slots {
 		if !r.slots[i].read {
@@ -323,7 +324,8 @@ func (c *Client) withdraw(r *round, elapsed time.Duration) {
 // observeRound reports a decided round to the Observer. qe is the round's
 // error, nil if it succeeded. On the renewal's goroutine (see
 // inBackground) the Observer's panic is dropped, so that renewal goes on.
-func (c *Client) observeRound(ctx context.Context, r *round, res outcome, elapsed time.Duration, qe *QuorumError, timedOut bool) {
+func (r *round) observe(ctx context.Context, res outcome, elapsed time.Duration, qe *QuorumError, timedOut bool) {
+	c := r.c
 	if isBackground(ctx) {
 		defer func() { _ = recover() }()
 	}
@@ -332,7 +334,7 @@ func (c *Client) observeRound(ctx context.Context, r *round, res outcome, elapse
 	if qe != nil {
 		rd.Masters, rd.Err = qe.Masters, qe
 	} else {
-		rd.Masters, _, _ = c.masterResults(r, timedOut, nil)
+		rd.Masters, _, _ = r.masterResults(timedOut, nil)
 		if o.ttl > 0 {
 			rd.Validity = validity(o.ttl, elapsed, c.driftFactor)
 		}
@@ -377,7 +379,7 @@ func (r *round) awaitUndo(grace <-chan time.Time) {
 
 // replied reports whether the decider saw a master reply (agree or
 // refuse), not fail.
-func (r *round) replied() bool {
+func (r *round) heardReply() bool {
 	for i := range r.slots {
 		if s := &r.slots[i]; s.read && s.err == nil {
 			return true
@@ -396,8 +398,9 @@ func (c *Client) handOff(o *op) {
 }
 
 // start sends round r's call to master i. Its pipeline answers it through
-// its slot (see complete), maybe before start returns.
-func (c *Client) start(r *round, i int) {
+// its slot (see Complete), maybe before send returns.
+func (r *round) send(i int) {
+	c := r.c
 	o, s := r.op, &r.slots[i]
 	s.r, s.i = r, i
 	opts := pipeline.Options{Index: i}
@@ -410,15 +413,13 @@ func (c *Client) start(r *round, i int) {
 	c.nodes[i].pipe.Go(r.ctx, o.script, o.keys, o.args, opts, s)
 }
 
-// Complete is the answer to the slot's call: see Client.complete.
-func (s *slot) Complete(v int64, err error) { s.r.c.complete(s.r, s.i, v, err) }
-
-// complete takes master i's answer to its call of round r. It runs on the
-// master's pipeline, or where the call was answered unsent, so it does not
-// block: a server it must identify by asking, and what may follow the
-// decision, go on goroutines of their own.
-func (c *Client) complete(r *round, i int, v int64, err error) {
-	o, s := r.op, &r.slots[i]
+// Complete takes the master's answer to the slot's call. It runs on the
+// master's pipeline, or where the call was answered unsent, so it does
+// not block: a server it must identify by asking, and what may follow
+// the decision, go on goroutines of their own.
+func (s *slot) Complete(v int64, err error) {
+	r, i := s.r, s.i
+	c, o := r.c, r.op
 	s.val, s.err = v, closedError(err)
 	if o.unsent != nil && errors.Is(s.err, pipeline.ErrNotSent) {
 		o.unsent.Or(1 << i)
@@ -446,18 +447,19 @@ func (c *Client) complete(r *round, i int, v int64, err error) {
 			go func() {
 				pprof.SetGoroutineLabels(r.ctx)
 				s.server, s.err = c.admit(r.ctx, i)
-				c.replied(r, i)
+				r.answered(i)
 			}()
 			return
 		}
 	}
-	c.replied(r, i)
+	r.answered(i)
 }
 
-// replied counts master i's answer, unless the count has closed, runs what
+// answered counts master i's answer, unless the count has closed, runs what
 // needs no decision, and settles the call now if the round was decided,
 // else once it is (see decide).
-func (c *Client) replied(r *round, i int) {
+func (r *round) answered(i int) {
+	c := r.c
 	o, s := r.op, &r.slots[i]
 	applied, answered := s.applied, s.answered
 	settles := o.undo != nil || o.refusedAfter != nil && answered && s.val == 0
@@ -481,9 +483,9 @@ func (c *Client) replied(r *round, i int) {
 	}
 	switch {
 	case settleNow:
-		c.settle(r, i)
+		r.settle(i)
 	case !settles:
-		c.callDone(r)
+		r.callDone()
 	}
 }
 
@@ -523,13 +525,13 @@ func (r *round) undecidedLocked() bool {
 
 // decide ends round r's decision: failed is set. It settles the calls
 // answered before it.
-func (c *Client) decide(r *round) {
+func (r *round) decide() {
 	r.mu.Lock()
 	r.decided = true
 	waiting := r.waiting
 	r.mu.Unlock()
 	for ; waiting != 0; waiting &= waiting - 1 {
-		c.settle(r, bits.TrailingZeros64(waiting))
+		r.settle(bits.TrailingZeros64(waiting))
 	}
 }
 
@@ -538,7 +540,8 @@ func (c *Client) decide(r *round) {
 // (o.refusedAfter); after a failure, it undoes the call where it may have
 // applied (o.undo) and retries the undo in the background until the
 // master answers. What may block runs on a goroutine of its own.
-func (c *Client) settle(r *round, i int) {
+func (r *round) settle(i int) {
+	c := r.c
 	o, s := r.op, &r.slots[i]
 	switch {
 	case !r.failed:
@@ -548,14 +551,14 @@ func (c *Client) settle(r *round, i int) {
 			o.late(r.ctx, i, s.unknown)
 		}
 		if o.refusedAfter != nil && s.answered && s.val == 0 {
-			c.background(r, func() { o.refusedAfter(r.ctx, i) })
+			r.background(func() { o.refusedAfter(r.ctx, i) })
 			return
 		}
 	case o.undo == nil:
 	case !s.mayHaveApplied:
 		r.finished <- i
 	default:
-		c.background(r, func() {
+		r.background(func() {
 			u := cleanup{o.undo, o.keys, o.undoArgs}
 			if s.unknown {
 				u.args = o.markArgs
@@ -568,22 +571,23 @@ func (c *Client) settle(r *round, i int) {
 		})
 		return
 	}
-	c.callDone(r)
+	r.callDone()
 }
 
 // background runs f, then callDone, on a goroutine of its own under the
 // round's pprof labels: a call of round r that goes on after its answer.
-func (c *Client) background(r *round, f func()) {
+func (r *round) background(f func()) {
 	go func() {
 		pprof.SetGoroutineLabels(r.ctx)
 		f()
-		c.callDone(r)
+		r.callDone()
 	}()
 }
 
 // callDone ends a call of round r: the last one cancels the calls'
 // context.
-func (c *Client) callDone(r *round) {
+func (r *round) callDone() {
+	c := r.c
 	if r.running.Add(-1) == 0 {
 		r.ctx.end()
 	}
@@ -624,7 +628,8 @@ func isReply(err error) bool {
 // (or the caller's context error). An extend or release wraps ErrNotHeld
 // only where the refusals or the validity prove the lock lost, else
 // ErrNoQuorum.
-func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bool, elapsed time.Duration) *QuorumError {
+func (r *round) quorumError(ctx context.Context, expired, timedOut bool, elapsed time.Duration) *QuorumError {
+	c := r.c
 	e := &QuorumError{
 		Op:       r.op.name,
 		Key:      r.op.key,
@@ -635,7 +640,7 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 		ctxErr:   ctx.Err(),
 	}
 	var upgrades int
-	e.Masters, e.Agreed, upgrades = c.masterResults(r, timedOut, e.ctxErr)
+	e.Masters, e.Agreed, upgrades = r.masterResults(timedOut, e.ctxErr)
 	// A stale read entry on a few masters is no upgrade: it takes a quorum.
 	e.upgrade = upgrades >= c.quorum
 	// A lock is lost only where the refusals prove it: masters that gave
@@ -651,7 +656,8 @@ func (c *Client) quorumError(ctx context.Context, r *round, expired, timedOut bo
 // the round timed out, else ErrNoReply; an agreement heard only by
 // awaitUndo did not count (errAgreedLate). It also counts the agreements
 // and the upgrade replies.
-func (c *Client) masterResults(r *round, timedOut bool, ctxErr error) (ms []MasterResult, agreed, upgrades int) {
+func (r *round) masterResults(timedOut bool, ctxErr error) (ms []MasterResult, agreed, upgrades int) {
+	c := r.c
 	ms = make([]MasterResult, len(c.nodes))
 	for i := range c.nodes {
 		m := MasterResult{Master: c.nodes[i].name}
