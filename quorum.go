@@ -117,37 +117,54 @@ type round struct {
 	finished chan int     // masters done with their undo; set for a failed round with undo
 	running  atomic.Int32 // calls not done with: answered, settled, and their goroutines ended
 
-	mu       sync.Mutex
-	agreed   int    // agreements counted
-	refused  int    // other answers counted
-	max      int64  // the largest reply among the agreements counted
-	mixed    bool   // those replies were not all equal
-	signaled bool   // ready was sent
-	closed   bool   // the count is closed: later answers are late
-	decided  bool   // the decider has set failed
-	waiting  uint64 // masters that answered before the decision, to settle after it
+	mu      sync.Mutex
+	agreed  int    // agreements counted
+	refused int    // other answers counted
+	max     int64  // the largest reply among the agreements counted
+	mixed   bool   // those replies were not all equal
+	closed  bool   // the count is closed: later answers are late
+	decided bool   // the decider has set failed
+	waiting uint64 // masters that answered before the decision, to settle after it
 }
 
 // slot is one master's part of a round, and the pipeline.Completion of
-// its call.
+// its call. Complete writes its answer once; the decider reads it after
+// the count saw it (read).
 type slot struct {
 	r      *round
 	i      int
 	val    int64
-	err    error
+	err    error  // the call's error, as its pipeline gave it
 	server string // the master's run_id, "" if unknown (see Client.admit)
-	read   bool   // the decider saw this reply before deciding, or awaitUndo after
-	late   bool   // read by awaitUndo: it did not count toward the decision
+	// verdict is why an agreement does not count: a replica, a server
+	// that could not be identified, or one that counted already.
+	verdict error
+	read    bool // the decider saw this reply before deciding, or awaitUndo after
+	late    bool // read by awaitUndo: it did not count toward the decision
 	// latency is the time from the round's start to the reply; set only
 	// with an Observer.
 	latency time.Duration
-	// What the answer says, before admit: the script applied (agreed),
-	// the master answered (no error), the outcome is unknown (see
-	// unanswered), the script may have applied.
-	applied, answered, unknown, mayHaveApplied bool
 }
 
-func (s *slot) agreed() bool { return s.err == nil && s.val > 0 }
+// applied reports whether the script applied: the master agreed.
+func (s *slot) applied() bool { return s.err == nil && s.val > 0 }
+
+// unknown reports whether the call's outcome is unknown (see unanswered).
+func (s *slot) unknown() bool { return unanswered(s.err) }
+
+// mayHaveApplied reports whether the script applied or may still.
+func (s *slot) mayHaveApplied() bool { return s.val > 0 || s.unknown() }
+
+// agreed reports whether the agreement counts toward the quorum.
+func (s *slot) agreed() bool { return s.applied() && s.verdict == nil }
+
+// failure returns what kept the master from answering, or from counting.
+func (s *slot) failure() error {
+	if s.verdict != nil {
+		return s.verdict
+	}
+	return s.err
+}
 
 // lateCallFactor times MasterTimeout bounds a call that its round was decided
 // without.
@@ -295,11 +312,11 @@ func (r *round) expire() {
 	r.mu.Unlock()
 }
 
-// signalLocked wakes the decider, once. r.mu must be held.
+// signalLocked wakes the decider; ready holds one signal, the first.
 func (r *round) signalLocked() {
-	if !r.signaled {
-		r.signaled = true
-		r.ready <- struct{}{}
+	select {
+	case r.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -381,7 +398,7 @@ func (r *round) awaitUndo(grace <-chan time.Time) {
 // refuse), not fail.
 func (r *round) heardReply() bool {
 	for i := range r.slots {
-		if s := &r.slots[i]; s.read && s.err == nil {
+		if s := &r.slots[i]; s.read && s.failure() == nil {
 			return true
 		}
 	}
@@ -430,23 +447,20 @@ func (s *slot) Complete(v int64, err error) {
 	// A timed-out write may still land, and an error reply may come from a
 	// proxy that forwarded the call: only a call surely not sent did not
 	// apply. Where the outcome is unknown, an undo may overtake the call.
-	s.unknown = unanswered(s.err)
-	s.mayHaveApplied = s.val > 0 || s.unknown
-	s.applied, s.answered = s.agreed(), s.err == nil
 	switch {
-	case s.applied && o.keep:
+	case s.applied() && o.keep:
 		// A release's agreements only tell what is reported, and are not
 		// held up to identify the server: the identity last learned, if
 		// any, keeps one server from counting twice (see tallyLocked).
 		s.server = c.lastServer(i)
-	case s.applied:
+	case s.applied():
 		// A replica does not count toward a quorum; nor does a server
 		// that counted already in this round (see tallyLocked).
 		var known bool
-		if s.server, s.err, known = c.admitKnown(i); !known {
+		if s.server, s.verdict, known = c.admitKnown(i); !known {
 			go func() {
 				pprof.SetGoroutineLabels(r.ctx)
-				s.server, s.err = c.admit(r.ctx, i)
+				s.server, s.verdict = c.admit(r.ctx, i)
 				r.answered(i)
 			}()
 			return
@@ -461,7 +475,7 @@ func (s *slot) Complete(v int64, err error) {
 func (r *round) answered(i int) {
 	c := r.c
 	o, s := r.op, &r.slots[i]
-	applied, answered := s.applied, s.answered
+	answered := s.err == nil
 	settles := o.undo != nil || o.refusedAfter != nil && answered && s.val == 0
 	r.mu.Lock()
 	if !r.closed {
@@ -479,7 +493,7 @@ func (r *round) answered(i int) {
 	case o.retry && !answered:
 		c.retryLater(r.ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
 	case o.after != nil:
-		o.after(r.ctx, i, applied)
+		o.after(r.ctx, i, s.applied())
 	}
 	switch {
 	case settleNow:
@@ -500,7 +514,7 @@ func (r *round) tallyLocked(i int) {
 		// hold the lock in another database.
 		for j := range r.slots {
 			if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
-				s.err = r.c.sameServer(j, i, s.server)
+				s.verdict = r.c.sameServer(j, i, s.server)
 				break
 			}
 		}
@@ -547,20 +561,20 @@ func (r *round) settle(i int) {
 	case !r.failed:
 		// The decider counted an unknown outcome as a refusal: it may
 		// still land.
-		if o.late != nil && s.mayHaveApplied && (!s.read || s.unknown) {
-			o.late(r.ctx, i, s.unknown)
+		if o.late != nil && s.mayHaveApplied() && (!s.read || s.unknown()) {
+			o.late(r.ctx, i, s.unknown())
 		}
-		if o.refusedAfter != nil && s.answered && s.val == 0 {
+		if o.refusedAfter != nil && s.err == nil && s.val == 0 {
 			r.background(func() { o.refusedAfter(r.ctx, i) })
 			return
 		}
 	case o.undo == nil:
-	case !s.mayHaveApplied:
+	case !s.mayHaveApplied():
 		r.finished <- i
 	default:
 		r.background(func() {
 			u := cleanup{o.undo, o.keys, o.undoArgs}
-			if s.unknown {
+			if s.unknown() {
 				u.args = o.markArgs
 			}
 			err := c.tryCleanup(r.ctx, i, u, true)
@@ -663,7 +677,7 @@ func (r *round) masterResults(timedOut bool, ctxErr error) (ms []MasterResult, a
 		m := MasterResult{Master: c.nodes[i].name}
 		switch s := &r.slots[i]; {
 		case s.read:
-			m.Agreed, m.Err, m.Latency = s.agreed(), s.err, s.latency
+			m.Agreed, m.Err, m.Latency = s.agreed(), s.failure(), s.latency
 			if m.Agreed && s.late { // the decision did not count it
 				m.Agreed, m.Err = false, errAgreedLate
 			}
