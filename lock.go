@@ -430,7 +430,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		}
 		o.after = l.releasedOn
 		o.retry, o.keyTTL = true, ttl
-		o.wakes, o.queued = l.nonce, queued
+		o.wakes, o.onQueued = l.nonce, queued
 		o.early = l.client.ordered && l.quick && !l.client.isContested(o.keys.Names[0])
 	}
 	res, err := l.client.do(ctx, o)

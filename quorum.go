@@ -79,7 +79,61 @@ type op struct {
 	early bool
 	// queued, if set, runs at the hand-off too. It must not block nor use
 	// the Lock, whose mu is held; where nothing was sent, it may not run.
-	queued func()
+	onQueued func()
+	client   *Client // of handOff and retryLater
+	policy   policy  // nil: the op's own fields (opPolicy)
+}
+
+// policy is an operation's part in its rounds: the engine calls it
+// where the operation, not the quorum, decides what happens.
+type policy interface {
+	// queued runs once the round's calls are queued on every master.
+	queued()
+	// answered runs when master i answered, on its pipeline: it must
+	// not block.
+	answered(ctx context.Context, i int, a answer)
+	// settles reports whether master i's answer needs settled once a
+	// successful round is decided.
+	settles(a answer) bool
+	// settled runs once a successful round is decided; counted tells
+	// whether the decision counted a. It returns what may block, to run
+	// on a goroutine of its own, or nil.
+	settled(ctx context.Context, i int, a answer, counted bool) func()
+}
+
+// opPolicy is the policy an op's own fields describe.
+type opPolicy op
+
+func (p *opPolicy) queued() {
+	if o := (*op)(p); o.wakes != "" && o.early {
+		o.client.handOff(o)
+	}
+}
+
+func (p *opPolicy) answered(ctx context.Context, i int, a answer) {
+	o := (*op)(p)
+	switch {
+	case o.retry && a.err != nil:
+		o.client.retryLater(ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
+	case o.after != nil:
+		o.after(ctx, i, a.applied())
+	}
+}
+
+func (p *opPolicy) settles(a answer) bool {
+	return p.late != nil && a.mayHaveApplied() || p.refusedAfter != nil && a.refused()
+}
+
+func (p *opPolicy) settled(ctx context.Context, i int, a answer, counted bool) func() {
+	// The decider counted an unknown outcome as a refusal: it may
+	// still land.
+	if p.late != nil && a.mayHaveApplied() && (!counted || a.unknown()) {
+		p.late(ctx, i, a.unknown())
+	}
+	if p.refusedAfter != nil && a.refused() {
+		return func() { p.refusedAfter(ctx, i) }
+	}
+	return nil
 }
 
 // outcome is what a successful round tells besides success.
@@ -108,6 +162,7 @@ type outcome struct {
 type round struct {
 	c        *Client
 	op       *op
+	policy   policy       // o.policy
 	ctx      *callContext // of the calls and what follows them (see do)
 	slots    []slot
 	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
@@ -131,10 +186,9 @@ type round struct {
 // its call. Complete writes its answer once; the decider reads it after
 // the count saw it (read).
 type slot struct {
-	r      *round
-	i      int
-	val    int64
-	err    error  // the call's error, as its pipeline gave it
+	r *round
+	i int
+	answer
 	server string // the master's run_id, "" if unknown (see Client.admit)
 	// verdict is why an agreement does not count: a replica, a server
 	// that could not be identified, or one that counted already.
@@ -146,14 +200,23 @@ type slot struct {
 	latency time.Duration
 }
 
+// answer is a master's answer to a round's call.
+type answer struct {
+	val int64
+	err error // the call's error, as its pipeline gave it
+}
+
 // applied reports whether the script applied: the master agreed.
-func (s *slot) applied() bool { return s.err == nil && s.val > 0 }
+func (a answer) applied() bool { return a.err == nil && a.val > 0 }
+
+// refused reports whether the master answered no.
+func (a answer) refused() bool { return a.err == nil && a.val == 0 }
 
 // unknown reports whether the call's outcome is unknown (see unanswered).
-func (s *slot) unknown() bool { return unanswered(s.err) }
+func (a answer) unknown() bool { return unanswered(a.err) }
 
 // mayHaveApplied reports whether the script applied or may still.
-func (s *slot) mayHaveApplied() bool { return s.val > 0 || s.unknown() }
+func (a answer) mayHaveApplied() bool { return a.val > 0 || a.unknown() }
 
 // agreed reports whether the agreement counts toward the quorum.
 func (s *slot) agreed() bool { return s.applied() && s.verdict == nil }
@@ -218,11 +281,16 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		return outcome{}, errClosedOp(o.name, o.key)
 	}
 	n := len(c.nodes)
+	o.client = c
+	if o.policy == nil {
+		o.policy = (*opPolicy)(o)
+	}
 	r := &round{
-		c:     c,
-		op:    o,
-		slots: make([]slot, n),
-		ready: make(chan struct{}, 1),
+		c:      c,
+		op:     o,
+		policy: o.policy,
+		slots:  make([]slot, n),
+		ready:  make(chan struct{}, 1),
 	}
 	if ctx.Err() != nil && !o.keep {
 		c.mu.RUnlock()
@@ -248,9 +316,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	for i := range c.nodes {
 		r.send(i)
 	}
-	if o.wakes != "" && o.early {
-		c.handOff(o)
-	}
+	r.policy.queued()
 
 	select {
 	case <-r.ready:
@@ -409,8 +475,8 @@ func (r *round) heardReply() bool {
 // releases (see Client.releasing), and runs o.queued.
 func (c *Client) handOff(o *op) {
 	c.releasing(o.keys.Names[0], o.wakes)
-	if o.queued != nil {
-		o.queued()
+	if o.onQueued != nil {
+		o.onQueued()
 	}
 }
 
@@ -473,10 +539,8 @@ func (s *slot) Complete(v int64, err error) {
 // needs no decision, and settles the call now if the round was decided,
 // else once it is (see decide).
 func (r *round) answered(i int) {
-	c := r.c
 	o, s := r.op, &r.slots[i]
-	answered := s.err == nil
-	settles := o.undo != nil || o.refusedAfter != nil && answered && s.val == 0
+	settles := o.undo != nil || r.policy.settles(s.answer)
 	r.mu.Lock()
 	if !r.closed {
 		r.tallyLocked(i)
@@ -489,12 +553,7 @@ func (r *round) answered(i int) {
 		r.waiting |= 1 << i
 	}
 	r.mu.Unlock()
-	switch {
-	case o.retry && !answered:
-		c.retryLater(r.ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
-	case o.after != nil:
-		o.after(r.ctx, i, s.applied())
-	}
+	r.policy.answered(r.ctx, i, s.answer)
 	switch {
 	case settleNow:
 		r.settle(i)
@@ -559,13 +618,8 @@ func (r *round) settle(i int) {
 	o, s := r.op, &r.slots[i]
 	switch {
 	case !r.failed:
-		// The decider counted an unknown outcome as a refusal: it may
-		// still land.
-		if o.late != nil && s.mayHaveApplied() && (!s.read || s.unknown()) {
-			o.late(r.ctx, i, s.unknown())
-		}
-		if o.refusedAfter != nil && s.err == nil && s.val == 0 {
-			r.background(func() { o.refusedAfter(r.ctx, i) })
+		if work := r.policy.settled(r.ctx, i, s.answer, s.read); work != nil {
+			r.background(work)
 			return
 		}
 	case o.undo == nil:
