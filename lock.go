@@ -256,7 +256,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		args:         args,
 		undoArgs:     undo,
 		markArgs:     mark,
-		late:         l.lateAgreement(holds),
+		policy:       &acquirePolicy{l: l, holds: holds},
 		ttl:          l.ttl,
 		sentinel:     ErrNotObtained,
 		keyTTL:       l.longestTTL(),
@@ -339,25 +339,22 @@ func (l *Lock) sendsTTL(ttl time.Duration) {
 // longestTTL returns the longest TTL a call of this Lock asked for.
 func (l *Lock) longestTTL() time.Duration { return time.Duration(l.longest.Load()) }
 
-// lateAgreement returns what to do when master i agrees to the acquire
-// round for holds after the round was decided. The lock's last release
-// may already have reached that master and found nothing, so that this
-// agreement would outlive the lock: then it is deleted again. For the first
-// acquire, the master's late agreement and the release's answer there meet
-// in releasedOn, whichever comes second, so that the delete is sent only
+// lateAgreement handles master i's agreement to the acquire round for
+// holds after the round was decided. The lock's last release may already
+// have reached that master and found nothing, so that this agreement would
+// outlive the lock: then it is deleted again. For the first acquire, the
+// master's late agreement and the release's answer there meet in
+// releasedOn, whichever comes second, so that the delete is sent only
 // where the release missed; for a re-entry, whenever the lock is released.
-// The delete runs in the background: what it returns does not block.
-func (l *Lock) lateAgreement(holds int) func(context.Context, int, bool) {
+// The delete runs in the background: lateAgreement does not block.
+func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
 	if holds > 1 {
-		return func(ctx context.Context, i int, unknown bool) {
-			if l.released.Load() {
-				l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
-			}
+		if l.released.Load() {
+			l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 		}
+		return
 	}
-	return func(ctx context.Context, i int, unknown bool) {
-		l.meet(ctx, i, &l.lateAgreed, &l.releaseMiss, unknown)
-	}
+	l.meet(ctx, i, &l.lateAgreed, &l.releaseMiss, unknown)
 }
 
 // releasedOn learns whether the last release deleted the lock on master i.
@@ -562,14 +559,14 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{
-		name:         name,
-		key:          l.key,
-		script:       l.mode.extend,
-		keys:         l.keys,
-		args:         l.args(ttl, int64(l.holds)),
-		ttl:          ttl,
-		sentinel:     ErrNotHeld,
-		refusedAfter: l.repairOn(end),
+		name:     name,
+		key:      l.key,
+		script:   l.mode.extend,
+		keys:     l.keys,
+		args:     l.args(ttl, int64(l.holds)),
+		ttl:      ttl,
+		sentinel: ErrNotHeld,
+		policy:   l.extendPolicy(end),
 	})
 	if err != nil {
 		l.loseIfRefused(err)
@@ -608,38 +605,27 @@ func (l *Lock) loseIfRefused(err error) {
 	l.lose(err)
 }
 
-// repairOn returns what an extend whose validity ends by until runs on
-// each master i that answered it without the lock, once a quorum of the
-// others decided it: where master i lost the lock (it restarted empty, or
-// the key expired there), it sets the lock again with the validity left,
-// and with the holds and token it has now (see "repair" in scripts.lua).
-// Without it a long-held lock would erode one restart at a time. The
-// extend was decided without master i, and repairing does not count
-// toward it; a lock that has expired, was lost or released is not
-// repaired; what it sets, the Lock's release deletes. Read locks are not
-// repaired. l.mu must be held.
-func (l *Lock) repairOn(until time.Time) func(context.Context, int) {
-	c := l.client
-	if l.mode.repair == nil || c.noRepair {
-		return nil
+// repairOn sets the lock again on master i, which answered an extend
+// without it (it restarted empty, or the key expired there), once a
+// quorum of the others decided the extend. It sets the validity left,
+// until the earlier of the old deadline and until, the extend's, with the
+// holds and token the Lock has (see "repair" in scripts.lua). Without it
+// a long-held lock would erode one restart at a time. Repairing does not
+// count toward the extend; a lock that has expired, was lost or released
+// is not repaired; what it sets, the Lock's release deletes. It blocks
+// for one call.
+func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64, token uint64) {
+	end := until
+	if u := l.Until(); u.Before(end) {
+		end = u
 	}
-	// Formatted only when a master needs repair: extends run often.
-	holds, token := int64(l.holds), max(l.token, 1)
-	return func(ctx context.Context, i int) {
-		// The earlier of the old deadline and the new one, which the
-		// round may not have set yet.
-		end := until
-		if u := l.Until(); u.Before(end) {
-			end = u
-		}
-		ttl := time.Until(end).Truncate(time.Millisecond)
-		l.repaired.Store(true) // before reading released: see repaired
-		if ttl <= 0 || l.released.Load() || l.lost.Load() {
-			return
-		}
-		args := append(l.args(ttl, holds), strconv.FormatUint(token, 10))
-		_, _ = c.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
+	ttl := time.Until(end).Truncate(time.Millisecond)
+	l.repaired.Store(true) // before reading released: see repaired
+	if ttl <= 0 || l.released.Load() || l.lost.Load() {
+		return
 	}
+	args := append(l.args(ttl, holds), strconv.FormatUint(token, 10))
+	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
 }
 
 // releaseAfterPanic releases l, whose acquire panicked before l reached

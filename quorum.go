@@ -27,22 +27,11 @@ type op struct {
 	// (see unanswered): then the undo may overtake it, and leaves a marker
 	// if it finds nothing (see scripts.lua).
 	markArgs []any
-	// late, if set, runs after a successful round on each master i that
-	// agreed after the decision, or failed (an error reply may come from a
-	// proxy that forwarded the call, and a timed-out write may still land):
-	// such an agreement may land after the lock's release (see
-	// Lock.lateAgreement). unknown tells a failure: the outcome is unknown
-	// (see unanswered). It must not block (see Client.settle).
-	late func(ctx context.Context, i int, unknown bool)
 	// after, if set, runs when master i has answered, with whether it
 	// agreed (see Lock.releasedOn); with retry, not where the script is
 	// retried. It must not block: it runs on the master's pipeline.
 	after func(ctx context.Context, i int, agreed bool)
-	// refusedAfter, if set, runs after a successful round on each master
-	// i that refused, whether before or after the decision (see
-	// Lock.repairOn), on a goroutine of its own.
-	refusedAfter func(ctx context.Context, i int)
-	ttl          time.Duration // > 0: the round also needs validity left
+	ttl   time.Duration // > 0: the round also needs validity left
 	// grantWithin, if > 0, is the latest a fencing acquire may be decided:
 	// a quarter of its TTL, for its token to be larger than those of every
 	// earlier lock (see "Fencing tokens" in README.md).
@@ -101,6 +90,15 @@ type policy interface {
 	settled(ctx context.Context, i int, a answer, counted bool) func()
 }
 
+// noHooks is a policy that does nothing: an operation's policy embeds
+// it for the hooks it does not need.
+type noHooks struct{}
+
+func (noHooks) queued()                                           {}
+func (noHooks) answered(context.Context, int, answer)             {}
+func (noHooks) settles(answer) bool                               { return false }
+func (noHooks) settled(context.Context, int, answer, bool) func() { return nil }
+
 // opPolicy is the policy an op's own fields describe.
 type opPolicy op
 
@@ -120,21 +118,9 @@ func (p *opPolicy) answered(ctx context.Context, i int, a answer) {
 	}
 }
 
-func (p *opPolicy) settles(a answer) bool {
-	return p.late != nil && a.mayHaveApplied() || p.refusedAfter != nil && a.refused()
-}
+func (p *opPolicy) settles(answer) bool { return false }
 
-func (p *opPolicy) settled(ctx context.Context, i int, a answer, counted bool) func() {
-	// The decider counted an unknown outcome as a refusal: it may
-	// still land.
-	if p.late != nil && a.mayHaveApplied() && (!counted || a.unknown()) {
-		p.late(ctx, i, a.unknown())
-	}
-	if p.refusedAfter != nil && a.refused() {
-		return func() { p.refusedAfter(ctx, i) }
-	}
-	return nil
-}
+func (p *opPolicy) settled(context.Context, int, answer, bool) func() { return nil }
 
 // outcome is what a successful round tells besides success.
 type outcome struct {
@@ -618,6 +604,9 @@ func (r *round) settle(i int) {
 	o, s := r.op, &r.slots[i]
 	switch {
 	case !r.failed:
+		if !r.policy.settles(s.answer) {
+			break
+		}
 		if work := r.policy.settled(r.ctx, i, s.answer, s.read); work != nil {
 			r.background(work)
 			return
