@@ -412,6 +412,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		keep:     true,
 		skip:     (*releaseSkip)(l),
 	}
+	var last *releasePolicy
 	if holds == 0 {
 		// Where the acquire's call timed out, it may land after this
 		// release, which then leaves a marker that refuses it. After a
@@ -425,15 +426,19 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		if l.repaired.Load() {
 			o.args[len(o.args)-1] = "2"
 		}
-		o.after = l.releasedOn
-		o.retry, o.keyTTL = true, ttl
-		o.wakes, o.onQueued = l.nonce, queued
-		o.early = l.client.ordered && l.quick && !l.client.isContested(o.keys.Names[0])
+		last = &releasePolicy{
+			l:      l,
+			retry:  cleanup{o.script, o.keys, o.args},
+			keyTTL: ttl,
+			early:  l.client.ordered && l.quick && !l.client.isContested(o.keys.Names[0]),
+			then:   queued,
+		}
+		o.policy = last
 	}
 	res, err := l.client.do(ctx, o)
-	if o.wakes != "" {
-		if !o.early {
-			l.client.handOff(o)
+	if last != nil {
+		if !last.early {
+			last.handOff()
 		}
 		if err == nil && l.mode != readMode { // a read release always replies 1
 			l.client.contest(o.keys.Names[0], res.max == replyWaited)

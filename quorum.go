@@ -27,11 +27,7 @@ type op struct {
 	// (see unanswered): then the undo may overtake it, and leaves a marker
 	// if it finds nothing (see scripts.lua).
 	markArgs []any
-	// after, if set, runs when master i has answered, with whether it
-	// agreed (see Lock.releasedOn); with retry, not where the script is
-	// retried. It must not block: it runs on the master's pipeline.
-	after func(ctx context.Context, i int, agreed bool)
-	ttl   time.Duration // > 0: the round also needs validity left
+	ttl      time.Duration // > 0: the round also needs validity left
 	// grantWithin, if > 0, is the latest a fencing acquire may be decided:
 	// a quarter of its TTL, for its token to be larger than those of every
 	// earlier lock (see "Fencing tokens" in README.md).
@@ -40,15 +36,12 @@ type op struct {
 	// refused is a master's error where it answered no: ErrNotHeld (the
 	// lock is not ours there) unless set.
 	refused error
-	// retry makes script a cleanup (the last release): a master that gave
-	// no answer gets it again in the background (see Client.retryLater).
-	retry bool
 	// keep: script is never shed nor dropped by a master's pipeline
 	// (releases). It need not be detached from the caller's goroutine: a
 	// round's context ends only after lateCallFactor*MasterTimeout.
 	keep bool
-	// keyTTL is the longest a key that undo, or script with retry, removes
-	// can live: retrying longer is useless.
+	// keyTTL is the longest a key that undo removes can live: retrying
+	// longer is useless.
 	keyTTL time.Duration
 	// withdrawable: a call still queued to a master that is behind when
 	// the round is decided is not sent (see Client.withdraw).
@@ -59,18 +52,8 @@ type op struct {
 	unsent *atomic.Uint64
 	// skip, if set, is asked, for keep calls, whether master i needs the
 	// call at all (see pipeline.Options.Skip).
-	skip pipeline.Skipper
-	// wakes, for the last release of a Lock, is its nonce: the release
-	// hands the lock on to this client's waiters (see Client.handOff) as
-	// soon as its calls are queued where early is set, else when its
-	// round is decided (see Lock.releaseRound).
-	wakes string
-	early bool
-	// queued, if set, runs at the hand-off too. It must not block nor use
-	// the Lock, whose mu is held; where nothing was sent, it may not run.
-	onQueued func()
-	client   *Client // of handOff and retryLater
-	policy   policy  // nil: the op's own fields (opPolicy)
+	skip   pipeline.Skipper
+	policy policy // nil: none (noHooks)
 }
 
 // policy is an operation's part in its rounds: the engine calls it
@@ -98,29 +81,6 @@ func (noHooks) queued()                                           {}
 func (noHooks) answered(context.Context, int, answer)             {}
 func (noHooks) settles(answer) bool                               { return false }
 func (noHooks) settled(context.Context, int, answer, bool) func() { return nil }
-
-// opPolicy is the policy an op's own fields describe.
-type opPolicy op
-
-func (p *opPolicy) queued() {
-	if o := (*op)(p); o.wakes != "" && o.early {
-		o.client.handOff(o)
-	}
-}
-
-func (p *opPolicy) answered(ctx context.Context, i int, a answer) {
-	o := (*op)(p)
-	switch {
-	case o.retry && a.err != nil:
-		o.client.retryLater(ctx, i, cleanup{o.script, o.keys, o.args}, o.keyTTL)
-	case o.after != nil:
-		o.after(ctx, i, a.applied())
-	}
-}
-
-func (p *opPolicy) settles(answer) bool { return false }
-
-func (p *opPolicy) settled(context.Context, int, answer, bool) func() { return nil }
 
 // outcome is what a successful round tells besides success.
 type outcome struct {
@@ -267,9 +227,8 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		return outcome{}, errClosedOp(o.name, o.key)
 	}
 	n := len(c.nodes)
-	o.client = c
 	if o.policy == nil {
-		o.policy = (*opPolicy)(o)
+		o.policy = noHooks{}
 	}
 	r := &round{
 		c:      c,
@@ -457,16 +416,7 @@ func (r *round) heardReply() bool {
 	return false
 }
 
-// handOff wakes this client's next waiter for the lock that round o
-// releases (see Client.releasing), and runs o.queued.
-func (c *Client) handOff(o *op) {
-	c.releasing(o.keys.Names[0], o.wakes)
-	if o.onQueued != nil {
-		o.onQueued()
-	}
-}
-
-// start sends round r's call to master i. Its pipeline answers it through
+// send sends round r's call to master i. Its pipeline answers it through
 // its slot (see Complete), maybe before send returns.
 func (r *round) send(i int) {
 	c := r.c
