@@ -597,7 +597,7 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), ttl: ttl, writeWait: writeWait}
+	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: writeWait}, ttl: ttl}
 	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()
