@@ -185,7 +185,7 @@ func (l *Lock) Until() time.Time {
 // out, and it was neither released nor lost (Done is open) nor its Client
 // closed.
 func (l *Lock) Held() bool {
-	return l.check() == nil && !l.life.ended() && !l.client.closing.Load() && time.Now().Before(l.Until())
+	return l.check() == nil && !l.life.ended() && !l.client.gate.closing() && time.Now().Before(l.Until())
 }
 
 // setUntil moves the deadline to t, unless the lock was already lost, or
@@ -526,7 +526,7 @@ func (l *Lock) checkHeld(op string) error {
 	switch {
 	case l.holds == 0:
 		return fmt.Errorf("%w: %s %s: released", ErrNotHeld, op, quote(l.key))
-	case l.client.closing.Load():
+	case l.client.gate.closing():
 		return errClosedOp(op, l.key)
 	case !time.Now().Before(l.Until()):
 		return fmt.Errorf("%w: %s %s: validity ran out at %v", ErrNotHeld, op, quote(l.key), l.Until().Round(0))
@@ -733,7 +733,7 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := checkContext(ctx, "release"); err != nil {
 		return err
 	}
-	if l.client.closing.Load() { // the lock was left to expire: see Client.Close
+	if l.client.gate.closing() { // the lock was left to expire: see Client.Close
 		return errClosedOp("release", l.key)
 	}
 	err := l.releaseHold(ctx, queued)

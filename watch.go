@@ -250,7 +250,7 @@ func (l *Lock) startRenewal() {
 }
 
 func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
-	defer l.client.renewals.Done()
+	defer l.client.gate.renewals.Done()
 	defer close(r.done)
 	ttl := l.currentTTL()
 	wait := time.Until(l.Until()) - 2*ttl/3
