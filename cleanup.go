@@ -71,7 +71,7 @@ func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Dur
 // too late for the fallback. It returns nil if the script ran and replied, and otherwise
 // the error, an error reply included (a script error, or a proxy's reply).
 func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) error {
-	if err := c.abandon.Err(); err != nil {
+	if err := c.gate.abandon.Err(); err != nil {
 		return err
 	}
 	nd := &c.nodes[i]
@@ -81,7 +81,7 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	stop := context.AfterFunc(c.abandon, cancel)
+	stop := context.AfterFunc(c.gate.abandon, cancel)
 	defer stop()
 	if first {
 		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args, true)
@@ -93,10 +93,10 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 // retryLater queues cu for retries on master i, which gave no answer (an
 // error, a timeout), until it answers, or a key it removes, which expires
 // at most keyTTL after now, has expired. It does not block. It must be
-// called while a count in c.inflight is held (a call of a round), so that
+// called while a count in c.gate is held (a call of a round), so that
 // Close waits for the retries too.
 func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.Duration) {
-	if c.abandon.Err() != nil {
+	if c.gate.abandon.Err() != nil {
 		return
 	}
 	cl := &c.cleaners[i]
@@ -108,7 +108,7 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL), 0})
 	if !cl.running {
 		cl.running = true
-		c.inflight.Add(1)
+		c.gate.enterHeld(1)
 		go c.runCleaner(i)
 	}
 }
@@ -123,10 +123,10 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 // maxErrorReplies error replies. Once Close has started it
 // stops waiting once; when Close gives up, it drops the queue and returns.
 func (c *Client) runCleaner(i int) {
-	defer c.inflight.Done()
+	defer c.gate.leave(1)
 	cl := &c.cleaners[i]
 	delay, maxDelay := c.masterTimeout, max(c.masterTimeout, maxCleanupDelay)
-	closing := c.shutdown
+	closing := c.gate.shutdown
 	errs := make([]error, cleanupBatch)
 	for n := 1; ; { // the cleanup that started it has just failed
 		if n == 1 {
@@ -136,7 +136,7 @@ func (c *Client) runCleaner(i int) {
 			case <-closing:
 				t.Stop()
 				closing = nil
-			case <-c.abandon.Done():
+			case <-c.gate.abandon.Done():
 				t.Stop()
 				cl.clear()
 				return

@@ -344,13 +344,9 @@ func (c *Client) Verify(ctx context.Context) error {
 			asked++
 		}
 	}
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
+	if !c.gate.enter(asked) {
 		return ErrClosed
 	}
-	c.inflight.Add(asked)
-	c.mu.RUnlock()
 
 	bound := lateCallFactor * c.masterTimeout
 	infoCtx, cancel := context.WithTimeout(ctx, bound)
@@ -359,7 +355,7 @@ func (c *Client) Verify(ctx context.Context) error {
 	for i := range c.nodes {
 		if id := c.nodes[i].id; id != nil {
 			go func() {
-				defer c.inflight.Done()
+				defer c.gate.leave(1)
 				id.refresh()
 				s, err := id.get(infoCtx)
 				answers <- answer{i, s, err}

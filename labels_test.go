@@ -20,7 +20,7 @@ func TestRoundGoroutinesRunUnderTheCallersLabels(t *testing.T) {
 	ctx := pprof.WithLabels(context.Background(), pprof.Labels("request", "mine"))
 	r := &round{c: c, ctx: newCallContext(ctx, &c.callTimeouts)}
 	r.running.Store(1)
-	c.inflight.Add(1)
+	c.gate.enterHeld(1)
 
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)

@@ -19,23 +19,7 @@ import (
 // closed, and its operations and Err return an error wrapping
 // ErrInvalidArgument.
 type Lock struct {
-	client *Client
-	mode   *mode
-	key    string
-	value  string // the owner: random for Acquire
-	nonce  string // random per Lock: see scripts.lua
-	keys   pipeline.Keys
-	token  uint64 // set before the Lock is returned, then never changed
-	// boxed holds, boxed once, the arguments that args sends again and
-	// again; set before the Lock is used, then never changed.
-	boxed struct {
-		value, nonce, writeWait, ttlMs any
-		ttl                            time.Duration // the first TTL, of ttlMs
-	}
-	// writeWait > 0: a write lock whose attempts keep new readers out for
-	// that long while readers hold it (see rwmutex.Options.WriteWait and
-	// markerTTL).
-	writeWait time.Duration
+	lockID // set before the Lock is returned, then never changed
 
 	mu    sync.Mutex // serializes operations; guards the fields below
 	ttl   time.Duration
@@ -44,42 +28,86 @@ type Lock struct {
 	// stopping: the last Release is stopping renewal, with mu let go;
 	// AutoRenew then starts none (see release).
 	stopping bool
-	// lostBeforeRelease: the lock was lost when its last hold was
-	// released (for Observer).
-	lostBeforeRelease bool
-	// repaired: a repair was sent (see repairOn); set before released is
-	// read, so that the last release sees it or the repair sees released.
-	repaired atomic.Bool
-	// unsent: the masters where the first acquire was surely not sent
-	// (bit i for master i); releases skip them (see releaseSkip).
-	unsent atomic.Uint64
 	// quick: the first acquire was decided within a quarter of
 	// MasterTimeout and an eighth of the TTL (see release). Set before
 	// the Lock is returned.
 	quick bool
 
+	// repaired: a repair was sent (see repairOn). Stored before the
+	// repair reads the life's stage, which the last release stores
+	// before its round: the release sees repaired, or the repair sees
+	// the release.
+	repaired atomic.Bool
+	// unsent: the masters where the first acquire was surely not sent
+	// (bit i for master i); releases skip them (see releaseSkip).
+	unsent atomic.Uint64
 	// longest is the longest TTL a call of this Lock asked a master to
 	// set, failed Extends included: a key may live that long, so cleanups
 	// are retried, and release markers kept, for that long. Written under
 	// mu.
 	longest atomic.Int64
+	// late pairs the first acquire's late agreements with the last
+	// release's misses; it has its own mutex.
+	late lateBook
 
-	until    atomic.Int64 // deadline, in nanoseconds since client.epoch
-	released atomic.Bool  // the last hold is gone
-	lost     atomic.Bool  // lostErr is set: Done is closed (or will be on first use)
+	sigMu sync.Mutex // guards life's changes, sig and queue
+	life  life       // held, lost or released; read without sigMu too
+	sig   *lostSignal
+	queue eventQueue // the Observer's events, in order
+}
 
-	lateMu      sync.Mutex
-	lateAgreed  uint64 // masters that agreed to the first acquire after its decision
-	releaseMiss uint64 // masters where the last release found nothing
-	lateUnknown uint64 // masters of lateAgreed whose outcome is unknown (see unanswered)
+// lockID is what identifies a Lock: set before the Lock is returned (the
+// token once the acquire is decided), then never changed.
+type lockID struct {
+	client *Client
+	mode   *mode
+	key    string
+	value  string // the owner: random for Acquire
+	nonce  string // random per Lock: see scripts.lua
+	keys   pipeline.Keys
+	token  uint64
+	// boxed holds, boxed once, the arguments that args sends again and
+	// again.
+	boxed struct {
+		value, nonce, writeWait, ttlMs any
+		ttl                            time.Duration // the first TTL, of ttlMs
+	}
+	// writeWait > 0: a write lock whose attempts keep new readers out for
+	// that long while readers hold it (see rwmutex.Options.WriteWait and
+	// markerTTL).
+	writeWait time.Duration
+}
 
-	sigMu   sync.Mutex // guards the lost-lock signal and the events below
-	sig     *lostSignal
-	lostErr error
-	// events wait to be reported to the Observer; reporting: a goroutine
-	// is reporting them (see report).
-	events    []queuedEvent
-	reporting bool
+// Stages of a Lock's life.
+const (
+	stageHeld     uint32 = iota // until its deadline, unless its Client closed
+	stageLost                   // Err is the cause; Done is closed once made
+	stageReleased               // the last hold is gone, lost before or not
+)
+
+// life is a Lock's lifecycle: held until its deadline, then lost with a
+// cause, or released. It changes only under Lock.sigMu, in one step with
+// the signal and the events it queues. Held, and the rounds' late hooks,
+// read until and stage without the lock.
+type life struct {
+	until atomic.Int64  // the deadline, in ns since client.epoch; 0 before and after
+	stage atomic.Uint32 // stageHeld, stageLost or stageReleased; never back to held
+	cause error         // why Done closed: set with lost or released
+	// wasLost: the lock was lost before its last hold was released
+	// (Event.WasLost).
+	wasLost bool
+}
+
+// ended reports whether the lock was lost or released.
+func (s *life) ended() bool { return s.stage.Load() != stageHeld }
+
+// lateBook pairs, per master, the first acquire's late agreements with the
+// last release's misses (see Lock.meet). Bit i is master i.
+type lateBook struct {
+	mu      sync.Mutex // guards the fields below
+	agreed  uint64     // agreed to the first acquire after its decision
+	missed  uint64     // the last release found nothing there
+	unknown uint64     // of agreed, those whose outcome is unknown (see unanswered)
 }
 
 var (
@@ -150,14 +178,14 @@ func (l *Lock) Until() time.Time {
 	if l.check() != nil {
 		return time.Time{}
 	}
-	return l.client.epoch.Add(time.Duration(l.until.Load()))
+	return l.client.epoch.Add(time.Duration(l.life.until.Load()))
 }
 
 // Held reports whether the lock is still held: its validity has not run
 // out, and it was neither released nor lost (Done is open) nor its Client
 // closed.
 func (l *Lock) Held() bool {
-	return l.check() == nil && !l.lost.Load() && !l.client.closing.Load() && time.Now().Before(l.Until())
+	return l.check() == nil && !l.life.ended() && !l.client.gate.closing() && time.Now().Before(l.Until())
 }
 
 // setUntil moves the deadline to t, unless the lock was already lost, or
@@ -167,13 +195,13 @@ func (l *Lock) Held() bool {
 func (l *Lock) setUntil(t time.Time) error {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
-	if l.until.Load() != 0 && l.expireLocked() { // 0: the first acquire
-		return l.lostErr
+	if l.life.until.Load() != 0 && l.expireLocked() { // 0: the first acquire
+		return l.life.cause
 	}
-	if l.lostErr != nil {
-		return l.lostErr
+	if l.life.cause != nil {
+		return l.life.cause
 	}
-	l.until.Store(int64(t.Sub(l.client.epoch)))
+	l.life.until.Store(int64(t.Sub(l.client.epoch)))
 	if l.sig != nil {
 		l.sig.timer.Reset(time.Until(t))
 	}
@@ -282,7 +310,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}
 	if holds == 1 && m.fenced && c.fencing {
 		if err := l.raiseFence(ctx, res, until); err != nil {
-			l.released.Store(true)
+			l.endHolds(false)
 			_ = l.releaseRound(context.WithoutCancel(ctx), 0, nil)
 			return err
 		}
@@ -349,18 +377,18 @@ func (l *Lock) longestTTL() time.Duration { return time.Duration(l.longest.Load(
 // The delete runs in the background: lateAgreement does not block.
 func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
 	if holds > 1 {
-		if l.released.Load() {
+		if l.life.stage.Load() == stageReleased {
 			l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 		}
 		return
 	}
-	l.meet(ctx, i, &l.lateAgreed, &l.releaseMiss, unknown)
+	l.meet(ctx, i, &l.late.agreed, &l.late.missed, unknown)
 }
 
 // releasedOn learns whether the last release deleted the lock on master i.
 func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
 	if !deleted {
-		l.meet(ctx, i, &l.releaseMiss, &l.lateAgreed, false)
+		l.meet(ctx, i, &l.late.missed, &l.late.agreed, false)
 	}
 }
 
@@ -369,14 +397,15 @@ func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
 // there, in the background, if the other came first. It does not block.
 func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown bool) {
 	bit := uint64(1) << i
-	l.lateMu.Lock()
+	b := &l.late
+	b.mu.Lock()
 	met := *other&bit != 0
 	*mine |= bit
 	if unknown {
-		l.lateUnknown |= bit
+		b.unknown |= bit
 	}
-	unknown = l.lateUnknown&bit != 0
-	l.lateMu.Unlock()
+	unknown = b.unknown&bit != 0
+	b.mu.Unlock()
 	if met {
 		l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 	}
@@ -450,9 +479,9 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 // releaseSkip is a Lock as its releases' pipeline.Skipper: a master where
 // the first acquire was surely not sent (its round was decided without
 // it, or it was shed) holds nothing of this Lock, unless a repair set it
-// there. repairOn stores repaired before it reads released, and the last
-// release stores released before its calls ask Skip: either Skip sees
-// repaired, or the repair sees released and sends nothing.
+// there. repairOn stores repaired before it reads the life's stage, and
+// the last release stores released before its calls ask Skip: either Skip
+// sees repaired, or the repair sees released and sends nothing.
 type releaseSkip Lock
 
 func (s *releaseSkip) Skip(i int) bool {
@@ -499,11 +528,11 @@ func (l *Lock) checkHeld(op string) error {
 	switch {
 	case l.holds == 0:
 		return fmt.Errorf("%w: %s %s: released", ErrNotHeld, op, quote(l.key))
-	case l.client.closing.Load():
+	case l.client.gate.closing():
 		return errClosedOp(op, l.key)
 	case !time.Now().Before(l.Until()):
 		return fmt.Errorf("%w: %s %s: validity ran out at %v", ErrNotHeld, op, quote(l.key), l.Until().Round(0))
-	case l.lost.Load():
+	case l.life.ended():
 		return fmt.Errorf("%s: %w", op, l.lostCause())
 	}
 	return nil
@@ -625,8 +654,8 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 		end = u
 	}
 	ttl := time.Until(end).Truncate(time.Millisecond)
-	l.repaired.Store(true) // before reading released: see repaired
-	if ttl <= 0 || l.released.Load() || l.lost.Load() {
+	l.repaired.Store(true) // before reading the stage: see repaired
+	if ttl <= 0 || l.life.ended() {
 		return
 	}
 	args := append(l.args(ttl, holds), strconv.FormatUint(token, 10))
@@ -640,15 +669,11 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 // held.
 func (l *Lock) releaseAfterPanic(ctx context.Context) {
 	defer func() { _ = recover() }()
-	if l.released.Swap(true) {
+	acquired := l.holds > 0 // take got as far as reporting it
+	if !l.endHolds(false) {
 		return
 	}
-	acquired := l.holds > 0 // take got as far as reporting it
 	l.holds = 0
-	l.sigMu.Lock()
-	l.until.Store(0)
-	l.loseLocked(ErrReleased)
-	l.sigMu.Unlock()
 	err := l.releaseRound(context.WithoutCancel(ctx), 0, nil)
 	if acquired {
 		l.sigMu.Lock()
@@ -699,7 +724,7 @@ func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := checkContext(ctx, "release"); err != nil {
 		return err
 	}
-	if l.client.closing.Load() { // the lock was left to expire: see Client.Close
+	if l.client.gate.closing() { // the lock was left to expire: see Client.Close
 		return errClosedOp("release", l.key)
 	}
 	err := l.releaseHold(ctx, queued)
@@ -736,12 +761,7 @@ func (l *Lock) releaseHold(ctx context.Context, queued func()) error {
 	}
 	l.holds--
 	if l.holds == 0 {
-		l.released.Store(true) // before the round: see lateAgreement
-		l.sigMu.Lock()         // one step, so that no loss comes between
-		l.lostBeforeRelease = l.expireLocked()
-		l.until.Store(0)
-		l.loseLocked(ErrReleased)
-		l.sigMu.Unlock()
+		l.endHolds(true) // before the round: see lateAgreement
 	}
 	// Not the caller's context: an ended one would send nothing, and the
 	// lock would block everyone until its TTL. The round is bounded by

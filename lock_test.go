@@ -19,7 +19,7 @@ func TestWriteWaitMarkerTTL(t *testing.T) {
 		{time.Second, 1300 * time.Millisecond},
 		{math.MaxInt64, math.MaxInt64},
 	} {
-		l := &Lock{client: c, mode: writeMode, ttl: time.Second, writeWait: tc.writeWait}
+		l := &Lock{lockID: lockID{client: c, mode: writeMode, writeWait: tc.writeWait}, ttl: time.Second}
 		l.box()
 		assert.Equal(t, tc.want.Milliseconds(), l.boxed.writeWait, "WriteWait %v", tc.writeWait)
 	}

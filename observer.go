@@ -123,7 +123,7 @@ func (l *Lock) event(kind EventKind, err error) Event {
 	e := Event{Kind: kind, Key: l.key, Read: l.mode == readMode, Token: l.token, Err: err}
 	switch kind {
 	case EventReleased:
-		e.WasLost = l.lostBeforeRelease
+		e.WasLost = l.life.wasLost
 	case EventLost:
 	default:
 		e.Until = l.Until()
@@ -137,12 +137,19 @@ type queuedEvent struct {
 	e   Event
 }
 
+// eventQueue holds a Lock's events until report hands them to the
+// Observer. Guarded by Lock.sigMu.
+type eventQueue struct {
+	events    []queuedEvent
+	reporting bool // a goroutine is reporting them (see report)
+}
+
 // queueLocked queues an event of l, if the client has an Observer; the
 // caller reports it once it has let go of sigMu (see report). Queued
 // under sigMu, l's events keep the order of the changes they tell of.
 func (l *Lock) queueLocked(ctx context.Context, kind EventKind, err error) {
 	if l.client.observer != nil {
-		l.events = append(l.events, queuedEvent{ctx, l.event(kind, err)})
+		l.queue.events = append(l.queue.events, queuedEvent{ctx, l.event(kind, err)})
 	}
 }
 
@@ -157,12 +164,13 @@ func (l *Lock) report() {
 	if o == nil {
 		return
 	}
+	q := &l.queue
 	l.sigMu.Lock()
-	if l.reporting {
+	if q.reporting {
 		l.sigMu.Unlock()
 		return
 	}
-	l.reporting = true
+	q.reporting = true
 	locked := true
 	// Should the Observer end the goroutine (runtime.Goexit), the next
 	// report takes over.
@@ -170,20 +178,20 @@ func (l *Lock) report() {
 		if !locked {
 			l.sigMu.Lock()
 		}
-		l.reporting = false
+		q.reporting = false
 		l.sigMu.Unlock()
 	}()
-	for len(l.events) > 0 {
-		q := l.events[0]
-		l.events[0] = queuedEvent{}
-		l.events = l.events[1:]
+	for len(q.events) > 0 {
+		e := q.events[0]
+		q.events[0] = queuedEvent{}
+		q.events = q.events[1:]
 		l.sigMu.Unlock()
 		locked = false
-		observeEvent(o, q)
+		observeEvent(o, e)
 		l.sigMu.Lock()
 		locked = true
 	}
-	l.events = nil
+	q.events = nil
 }
 
 // observeEvent calls o with q, and drops its panic, if any.

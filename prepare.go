@@ -53,9 +53,7 @@ func (c *Client) prepare(ctx context.Context) {
 		return
 	}
 	wait := ready < c.quorum
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
+	if !c.gate.enter(1) { // held while it starts setups, so that Close waits for them
 		return
 	}
 	var dones []<-chan struct{}
@@ -67,7 +65,7 @@ func (c *Client) prepare(ctx context.Context) {
 			dones = append(dones, done)
 		}
 	}
-	c.mu.RUnlock()
+	c.gate.leave(1)
 	if wait {
 		c.awaitPreparation(ctx, dones, ready)
 	}
@@ -112,8 +110,8 @@ func (c *Client) awaitPreparation(ctx context.Context, dones []<-chan struct{}, 
 
 // startPreparation starts the setup of master i, unless one is under way,
 // and returns a channel closed when it ends. Unless needed, it starts none
-// within retryPreparation of the last one's end, and may return nil. c.mu
-// must be read-locked, and c not closed.
+// within retryPreparation of the last one's end, and may return nil. The
+// caller must hold a count in c.gate.
 func (c *Client) startPreparation(i int, needed bool) <-chan struct{} {
 	nd := &c.nodes[i]
 	p := nd.prep
@@ -127,14 +125,14 @@ func (c *Client) startPreparation(i int, needed bool) <-chan struct{} {
 	}
 	done := make(chan struct{})
 	p.done = done
-	c.inflight.Add(1)
+	c.gate.enterHeld(1)
 	go func() {
-		defer c.inflight.Done()
+		defer c.gate.leave(1)
 		// Shared by the rounds that wait for it: no caller's context
 		// ends it, only its bound or Close giving up.
 		ctx, cancel := context.WithTimeout(context.Background(), lateCallFactor*c.masterTimeout)
 		defer cancel()
-		defer context.AfterFunc(c.abandon, cancel)()
+		defer context.AfterFunc(c.gate.abandon, cancel)()
 		// The load first: a connection it opens is then identified too.
 		nd.pipe.Probe(ctx)
 		if nd.id != nil {

@@ -221,12 +221,10 @@ const replyWaited = 2
 //
 // On failure it returns a *QuorumError.
 func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
+	n := len(c.nodes)
+	if !c.gate.enter(n) { // Close waits for the round's calls
 		return outcome{}, errClosedOp(o.name, o.key)
 	}
-	n := len(c.nodes)
 	if o.policy == nil {
 		o.policy = noHooks{}
 	}
@@ -238,7 +236,7 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 		ready:  make(chan struct{}, 1),
 	}
 	if ctx.Err() != nil && !o.keep {
-		c.mu.RUnlock()
+		c.gate.leave(n)
 		return outcome{}, r.quorumError(ctx, false, false, 0) // nothing sent
 	}
 	res := outcome{start: time.Now()}
@@ -256,8 +254,6 @@ func (c *Client) do(ctx context.Context, o *op) (outcome, error) {
 	r.ctx = newCallContext(ctx, &c.callTimeouts)
 	_, decision := c.decisionTimeouts.add(r) // wakes the decider at the deadline
 	r.running.Store(int32(n))
-	c.inflight.Add(n)
-	c.mu.RUnlock()
 	for i := range c.nodes {
 		r.send(i)
 	}
@@ -598,16 +594,16 @@ func (r *round) callDone() {
 	if r.running.Add(-1) == 0 {
 		r.ctx.end()
 	}
-	c.inflight.Done()
+	c.gate.leave(1)
 }
 
 // spawn runs f on a goroutine of its own, under ctx's pprof labels, that
-// Close waits for. It must be called while a count in c.inflight is held
-// (a call of a round).
+// Close waits for. It must be called while a count in c.gate is held (a
+// call of a round).
 func (c *Client) spawn(ctx context.Context, f func()) {
-	c.inflight.Add(1)
+	c.gate.enterHeld(1)
 	go func() {
-		defer c.inflight.Done()
+		defer c.gate.leave(1)
 		pprof.SetGoroutineLabels(ctx)
 		f()
 	}()

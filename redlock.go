@@ -25,7 +25,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -131,7 +130,22 @@ type Options struct {
 // one master; up to 16 that ran calls for a client that cannot pipeline)
 // waiting for the next ones; Close ends them.
 type Client struct {
-	nodes         []node
+	config              // set by New, then never changed
+	nodes     []node    // set by New, then never changed
+	epoch     time.Time // monotonic origin of Lock deadlines
+	ordered   bool      // every master's pipeline is Ordered (see Lock.release)
+	gate      gate      // open, closing, closed; the work Close waits for
+	watches   watchSet  // release subscriptions, by channel
+	contested contestedSet
+	cleaners  []cleaner // one per master: cleanup retries
+
+	// The deadlines of rounds: decisions after MasterTimeout, calls after
+	// lateCallFactor times that.
+	decisionTimeouts, callTimeouts timeouts
+}
+
+// config is a Client's Options, checked and defaulted by New.
+type config struct {
 	quorum        int
 	masterTimeout time.Duration
 	driftFactor   float64
@@ -140,37 +154,6 @@ type Client struct {
 	noRepair      bool
 	observer      Observer
 	newValue      func() (string, error)
-	epoch         time.Time // monotonic origin of Lock deadlines
-	ordered       bool      // every master's pipeline is Ordered (see Lock.release)
-
-	watchMu     sync.RWMutex
-	watches     map[string]*watch // by channel
-	watchClosed bool              // Close ended the subscriptions
-	unwatching  sync.WaitGroup    // subscriptions an idle timer is closing
-
-	// The channels of the locks whose last release by this client found
-	// that another client had waited (see Client.isContested).
-	contestedMu sync.Mutex
-	contested   map[string]struct{}
-	contestedN  atomic.Int32 // len(contested), read without the lock
-
-	locksMu  sync.Mutex         // guards locks and writes of closing
-	locks    map[*Lock]struct{} // live locks with a lost-lock signal (see Lock.signal)
-	closing  atomic.Bool        // Close has ended every live lock
-	renewals sync.WaitGroup     // auto-renewal goroutines
-
-	mu       sync.RWMutex // guards closed against inflight.Add
-	closed   bool
-	inflight sync.WaitGroup // calls to masters, including background ones
-
-	// The deadlines of rounds: decisions after MasterTimeout, calls after
-	// lateCallFactor times that.
-	decisionTimeouts, callTimeouts timeouts
-
-	cleaners       []cleaner          // one per master: cleanup retries
-	shutdown       chan struct{}      // closed by Close: pending cleanup retries at once
-	abandon        context.Context    // cancelled when Close stops waiting for cleanup
-	abandonCleanup context.CancelFunc // cancels abandon
 }
 
 // New returns a Client for the given masters, which must be independent
@@ -214,21 +197,22 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		return nil, invalidf("%d masters: need 1 to %d", n, maxMasters)
 	}
 	c := &Client{
-		nodes:         make([]node, n),
-		quorum:        opts.Quorum,
-		masterTimeout: opts.MasterTimeout,
-		driftFactor:   opts.DriftFactor,
-		prefix:        opts.KeyPrefix,
-		fencing:       !opts.NoFencing,
-		noRepair:      opts.NoRepair,
-		observer:      opts.Observer,
-		newValue:      opts.NewValue,
-		epoch:         time.Now(),
-		watches:       map[string]*watch{},
-		cleaners:      make([]cleaner, n),
-		shutdown:      make(chan struct{}),
+		config: config{
+			quorum:        opts.Quorum,
+			masterTimeout: opts.MasterTimeout,
+			driftFactor:   opts.DriftFactor,
+			prefix:        opts.KeyPrefix,
+			fencing:       !opts.NoFencing,
+			noRepair:      opts.NoRepair,
+			observer:      opts.Observer,
+			newValue:      opts.NewValue,
+		},
+		nodes:    make([]node, n),
+		epoch:    time.Now(),
+		watches:  watchSet{byChannel: map[string]*watch{}},
+		cleaners: make([]cleaner, n),
 	}
-	c.abandon, c.abandonCleanup = context.WithCancel(context.Background())
+	c.gate.init()
 	if c.quorum == 0 {
 		c.quorum = n/2 + 1
 	}
@@ -356,17 +340,13 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := checkContext(ctx, "load scripts"); err != nil {
 		return err
 	}
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
+	if !c.gate.enter(1) {
 		return ErrClosed
 	}
-	c.inflight.Add(1) // Close waits for it
-	c.mu.RUnlock()
-	defer c.inflight.Done()
+	defer c.gate.leave(1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(c.abandon, cancel)() // Close gave up
+	defer context.AfterFunc(c.gate.abandon, cancel)() // Close gave up
 	var g errgroup.Group
 	errs := make([]error, len(c.nodes))
 	for i := range c.nodes {
@@ -420,33 +400,15 @@ func (c *Client) Close() error {
 		return err
 	}
 	defer c.stopTimeouts() // last: once the pipelines are closed, no round is pending
-	c.closeLocks()
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		close(c.shutdown)
-	}
-	c.mu.Unlock()
-	c.closeWatches()
-	done := make(chan struct{})
-	go func() {
-		c.inflight.Wait()
-		close(done)
-	}()
+
+	c.closeLocks()   // closing: live locks end, renewals stop
+	c.gate.close()   // closed: no call starts, pending cleanup retries at once
+	c.closeWatches() // no waiter is woken any more
 	grace := time.NewTimer(lateCallFactor * c.masterTimeout)
 	defer grace.Stop()
-	gaveUp := false
-	select {
-	case <-done:
-	case <-grace.C:
-		c.abandonCleanup()
-		// Calls still queued to a master that does not answer would each
-		// wait for a batch ahead of them: they are dropped.
-		c.abortPipes()
-		<-done
-		gaveUp = true
-	}
-	c.abandonCleanup() // releases the context; nothing is pending
+	// Calls still queued to a master that does not answer would each
+	// wait for a batch ahead of them: past the grace, they are dropped.
+	inTime := c.gate.drain(grace.C, c.abortPipes)
 	// The pipelines may still send undos whose callers stopped waiting:
 	// within the grace, or not at all.
 	pipes := make(chan struct{})
@@ -458,7 +420,7 @@ func (c *Client) Close() error {
 		}
 		wg.Wait()
 	}()
-	if !gaveUp {
+	if inTime {
 		select {
 		case <-pipes:
 			return nil
@@ -597,7 +559,7 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), ttl: ttl, writeWait: writeWait}
+	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: writeWait}, ttl: ttl}
 	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -646,49 +608,47 @@ func (c *Client) deadline(start time.Time, ttl time.Duration) time.Time {
 // track registers l, which has a lost-lock signal, so that Close ends it.
 // It reports false, registering nothing, once Close has begun.
 func (c *Client) track(l *Lock) bool {
-	c.locksMu.Lock()
-	defer c.locksMu.Unlock()
-	if c.closing.Load() {
+	g := &c.gate
+	g.locksMu.Lock()
+	defer g.locksMu.Unlock()
+	if g.closing() {
 		return false
 	}
-	if c.locks == nil {
-		c.locks = map[*Lock]struct{}{}
+	if g.locks == nil {
+		g.locks = map[*Lock]struct{}{}
 	}
-	c.locks[l] = struct{}{}
+	g.locks[l] = struct{}{}
 	return true
 }
 
 // untrack forgets l once it is lost.
 func (c *Client) untrack(l *Lock) {
-	c.locksMu.Lock()
-	delete(c.locks, l)
-	c.locksMu.Unlock()
+	g := &c.gate
+	g.locksMu.Lock()
+	delete(g.locks, l)
+	g.locksMu.Unlock()
 }
 
 // addRenewal counts a renewal goroutine about to start, unless Close has
 // begun: then it reports false.
 func (c *Client) addRenewal() bool {
-	c.locksMu.Lock()
-	defer c.locksMu.Unlock()
-	if c.closing.Load() {
+	g := &c.gate
+	g.locksMu.Lock()
+	defer g.locksMu.Unlock()
+	if g.closing() {
 		return false
 	}
-	c.renewals.Add(1)
+	g.renewals.Add(1)
 	return true
 }
 
-// closeLocks ends every live lock with ErrClosed and waits for the
-// renewals to stop. Locks without a signal need nothing: Held and Err
-// check closing.
+// closeLocks steps to closing, ends every live lock with ErrClosed and
+// waits for the renewals to stop. Locks without a signal need nothing:
+// Held and Err check closing.
 func (c *Client) closeLocks() {
-	c.locksMu.Lock()
-	c.closing.Store(true)
-	locks := c.locks
-	c.locks = nil
-	c.locksMu.Unlock()
-	for l := range locks {
+	for l := range c.gate.beginClosing() {
 		l.lose(ErrClosed)
 		l.report()
 	}
-	c.renewals.Wait()
+	c.gate.renewals.Wait()
 }

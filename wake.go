@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,12 +48,20 @@ type waker struct {
 	closed  sync.Once
 }
 
+// watchSet is a Client's release subscriptions. Once the Client is closed
+// it takes no new one: Close ends them all.
+type watchSet struct {
+	mu         sync.RWMutex      // guards byChannel, and each watch's refs and idle
+	byChannel  map[string]*watch // the shared subscription of each lock name
+	unwatching sync.WaitGroup    // subscriptions an idle timer is closing
+}
+
 // watch is the shared subscription of one lock name.
 type watch struct {
 	cancel context.CancelFunc // ends subscriptions still dialling
 	done   sync.WaitGroup
-	refs   int         // guarded by Client.watchMu
-	idle   *time.Timer // ends an unused subscription; guarded by Client.watchMu
+	refs   int         // guarded by watchSet.mu
+	idle   *time.Timer // ends an unused subscription; guarded by watchSet.mu
 	window time.Duration
 
 	mu     sync.Mutex
@@ -93,15 +102,16 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 	}
 	channel := lockKey(c.prefix + key) // where the release scripts publish: KEYS[1]
 	k := &waker{c: ch, all: all, client: c, channel: channel}
-	c.watchMu.Lock()
-	if c.watchClosed {
-		c.watchMu.Unlock()
+	ws := &c.watches
+	ws.mu.Lock()
+	if c.gate.closed() { // Close ends every watch once closed
+		ws.mu.Unlock()
 		return &waker{c: ch}
 	}
-	if c.watches == nil {
-		c.watches = map[string]*watch{}
+	if ws.byChannel == nil {
+		ws.byChannel = map[string]*watch{}
 	}
-	w := c.watches[channel]
+	w := ws.byChannel[channel]
 	if w == nil {
 		var ctx context.Context
 		// A release's copies come from several masters, the last one up
@@ -122,14 +132,14 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 		for _, f := range follows {
 			w.done.Go(f)
 		}
-		c.watches[channel] = w
+		ws.byChannel[channel] = w
 	}
 	if w.idle != nil {
 		w.idle.Stop()
 		w.idle = nil
 	}
 	w.refs++
-	c.watchMu.Unlock()
+	ws.mu.Unlock()
 	k.w = w
 	w.mu.Lock()
 	w.wakers = append(w.wakers, k)
@@ -160,9 +170,9 @@ func (k *waker) Settled() bool { return k.settled }
 // come within the watch's window wake the same waiter again (where the
 // master's client can subscribe).
 func (c *Client) releasing(channel, id string) {
-	c.watchMu.RLock() // every last release comes here: releases do not wait on each other
-	w := c.watches[channel]
-	c.watchMu.RUnlock()
+	c.watches.mu.RLock() // every last release comes here: releases do not wait on each other
+	w := c.watches.byChannel[channel]
+	c.watches.mu.RUnlock()
 	if w != nil {
 		w.wake(id)
 	}
@@ -207,47 +217,49 @@ func (k *waker) stop(gaveUp bool) {
 		}
 	}
 	w.mu.Unlock()
-	c.watchMu.Lock()
-	defer c.watchMu.Unlock()
-	if w.refs--; w.refs == 0 && !c.watchClosed {
+	c.watches.mu.Lock()
+	defer c.watches.mu.Unlock()
+	if w.refs--; w.refs == 0 && !c.gate.closed() {
 		w.idle = time.AfterFunc(watchLinger, func() { c.unwatch(k.channel, w) })
 	}
 }
 
 // unwatch ends the subscription on channel if it is still unused.
 func (c *Client) unwatch(channel string, w *watch) {
-	c.watchMu.Lock()
-	unused := w.refs == 0 && c.watches[channel] == w
+	ws := &c.watches
+	ws.mu.Lock()
+	unused := w.refs == 0 && ws.byChannel[channel] == w
 	if unused {
-		delete(c.watches, channel)
-		c.unwatching.Add(1) // Close waits for it
+		delete(ws.byChannel, channel)
+		ws.unwatching.Add(1) // Close waits for it
 	}
-	c.watchMu.Unlock()
+	ws.mu.Unlock()
 	if unused {
 		w.close()
-		c.unwatching.Done()
+		ws.unwatching.Done()
 	}
 }
 
-// closeWatches ends every subscription.
+// closeWatches ends every subscription; the Client must be closed, so
+// that none starts any more.
 func (c *Client) closeWatches() {
-	c.watchMu.Lock()
-	ws := c.watches
-	c.watches = nil
-	c.watchClosed = true
+	set := &c.watches
+	set.mu.Lock()
+	ws := set.byChannel
+	set.byChannel = nil
 	for _, w := range ws {
 		if w.idle != nil {
 			w.idle.Stop()
 		}
 	}
-	c.watchMu.Unlock()
+	set.mu.Unlock()
 	for _, w := range ws { // all at once: a master that does not answer holds each
 		w.end()
 	}
 	for _, w := range ws {
 		w.done.Wait()
 	}
-	c.unwatching.Wait()
+	set.unwatching.Wait()
 }
 
 // close ends the watch's subscriptions and waits for them.
@@ -361,6 +373,14 @@ func (w *watch) signal(one *waker) {
 	}
 }
 
+// contestedSet is the channels of the locks whose last release by this
+// client found that another client had waited (see Client.isContested).
+type contestedSet struct {
+	mu  sync.Mutex // guards set
+	set map[string]struct{}
+	n   atomic.Int32 // len(set), read without the lock
+}
+
 // maxContested bounds the channels Client.contested remembers; past it they
 // are forgotten, which costs at most one early hand-off each.
 const maxContested = 4096
@@ -373,33 +393,35 @@ const maxContested = 4096
 // this client's on equal terms, where an acquire queued behind the
 // release on each master would win every time.
 func (c *Client) isContested(channel string) bool {
-	if c.contestedN.Load() == 0 {
+	cs := &c.contested
+	if cs.n.Load() == 0 {
 		return false
 	}
-	c.contestedMu.Lock()
-	defer c.contestedMu.Unlock()
-	_, ok := c.contested[channel]
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	_, ok := cs.set[channel]
 	return ok
 }
 
 // contest records whether a last release of the lock on channel found that
 // another client had waited (see isContested).
 func (c *Client) contest(channel string, waited bool) {
-	if !waited && c.contestedN.Load() == 0 {
+	cs := &c.contested
+	if !waited && cs.n.Load() == 0 {
 		return
 	}
-	c.contestedMu.Lock()
-	defer c.contestedMu.Unlock()
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	switch {
 	case !waited:
-		delete(c.contested, channel)
-	case c.contested == nil:
-		c.contested = map[string]struct{}{}
-	case len(c.contested) >= maxContested:
-		clear(c.contested)
+		delete(cs.set, channel)
+	case cs.set == nil:
+		cs.set = map[string]struct{}{}
+	case len(cs.set) >= maxContested:
+		clear(cs.set)
 	}
 	if waited {
-		c.contested[channel] = struct{}{}
+		cs.set[channel] = struct{}{}
 	}
-	c.contestedN.Store(int32(len(c.contested)))
+	cs.n.Store(int32(len(cs.set)))
 }

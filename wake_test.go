@@ -133,7 +133,7 @@ func TestContestedRemembersTheLastRelease(t *testing.T) {
 	c := &Client{}
 	assert.False(t, c.isContested("{a}"))
 	c.contest("{a}", false)
-	assert.Nil(t, c.contested, "nothing recorded until a release was waited for")
+	assert.Nil(t, c.contested.set, "nothing recorded until a release was waited for")
 	c.contest("{a}", true)
 	c.contest("{b}", true)
 	assert.True(t, c.isContested("{a}"))
@@ -143,6 +143,6 @@ func TestContestedRemembersTheLastRelease(t *testing.T) {
 	for i := range 2 * maxContested {
 		c.contest(fmt.Sprint(i), true)
 	}
-	assert.LessOrEqual(t, len(c.contested), maxContested)
-	assert.EqualValues(t, len(c.contested), c.contestedN.Load())
+	assert.LessOrEqual(t, len(c.contested.set), maxContested)
+	assert.EqualValues(t, len(c.contested.set), c.contested.n.Load())
 }

@@ -61,9 +61,9 @@ func (l *Lock) watch() *lostSignal {
 		s.ctx, s.cancel = context.WithCancelCause(context.Background())
 		l.sig = s
 		switch {
-		case l.lostErr != nil:
+		case l.life.cause != nil:
 			close(s.done)
-			s.cancel(l.lostErr)
+			s.cancel(l.life.cause)
 		case l.expireLocked():
 		case l.client.track(l):
 			s.timer = time.AfterFunc(time.Until(l.Until()), l.expire)
@@ -79,10 +79,10 @@ func (l *Lock) watch() *lostSignal {
 // expireLocked loses the lock if its validity has run out, and reports
 // whether it is lost. l.sigMu must be held.
 func (l *Lock) expireLocked() bool {
-	if l.lostErr == nil && !time.Now().Before(l.Until()) {
+	if l.life.cause == nil && !time.Now().Before(l.Until()) {
 		l.loseLocked(l.expiredErr())
 	}
-	return l.lostErr != nil
+	return l.life.cause != nil
 }
 
 // expire runs at the lock's deadline; an Extend may have moved it since.
@@ -91,7 +91,7 @@ func (l *Lock) expireLocked() bool {
 func (l *Lock) expire() {
 	l.sigMu.Lock()
 	if until := l.Until(); time.Now().Before(until) {
-		if l.lostErr == nil {
+		if l.life.cause == nil {
 			l.sig.timer.Reset(time.Until(until))
 		}
 	} else {
@@ -114,11 +114,12 @@ func (l *Lock) lose(err error) {
 }
 
 func (l *Lock) loseLocked(err error) {
-	if l.lostErr != nil {
+	if l.life.cause != nil {
 		return
 	}
-	l.lostErr = err
-	l.lost.Store(true)
+	l.life.cause = err
+	// A released lock stays released: endHolds stored it first.
+	l.life.stage.CompareAndSwap(stageHeld, stageLost)
 	if err != ErrReleased { // the sentinel itself: Release reports its own event
 		l.queueLocked(context.Background(), EventLost, err)
 	}
@@ -132,11 +133,32 @@ func (l *Lock) loseLocked(err error) {
 	}
 }
 
+// endHolds moves the lock to released as its last hold goes, before the
+// last release's round, so that late agreements and repairs see it (see
+// lateAgreement and repaired). It clears the deadline and closes Done with
+// ErrReleased, unless the lock was lost before: then the cause stays. With
+// expire (a Release's), a validity run out is a loss first, and wasLost
+// tells the Observer of either. It reports false, and changes nothing,
+// if the lock was released already.
+func (l *Lock) endHolds(expire bool) bool {
+	l.sigMu.Lock() // one step, so that no loss comes between
+	defer l.sigMu.Unlock()
+	if l.life.stage.Swap(stageReleased) == stageReleased {
+		return false
+	}
+	if expire {
+		l.life.wasLost = l.expireLocked()
+	}
+	l.life.until.Store(0)
+	l.loseLocked(ErrReleased)
+	return true
+}
+
 // lostCause returns why the lock was lost, or nil.
 func (l *Lock) lostCause() error {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
-	return l.lostErr
+	return l.life.cause
 }
 
 // Done returns a channel that is closed when the lock is no longer held:
@@ -228,7 +250,7 @@ func (l *Lock) startRenewal() {
 }
 
 func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
-	defer l.client.renewals.Done()
+	defer l.client.gate.renewals.Done()
 	defer close(r.done)
 	ttl := l.currentTTL()
 	wait := time.Until(l.Until()) - 2*ttl/3

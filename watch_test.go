@@ -13,7 +13,7 @@ import (
 // without waiting for it. Only for a Lock without a signal: its timer is
 // not moved.
 func runOut(l *Lock) {
-	l.until.Store(int64(time.Since(l.client.epoch) - time.Millisecond))
+	l.life.until.Store(int64(time.Since(l.client.epoch) - time.Millisecond))
 }
 
 // isClosed reports whether ch is closed, without waiting.
