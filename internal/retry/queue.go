@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/internal/link"
 )
 
 // Turn is one call's turn: the one token a blocking call of package mutex
@@ -130,7 +129,7 @@ func (t *Turn) lined() bool {
 
 // Release gives up one hold of l (see redlock.Lock.Release), and t, the
 // turn l's hold kept (nil: none). The last hold gives t up when the
-// release hands the lock on (see link.Release), at the latest when Release
+// release hands the lock on (see link.Hooks.Release), at the latest when Release
 // returns. The next waiter of this process then tries at once. Its acquire
 // reaches each master behind the release and finds the lock free, where it
 // would have been refused while l was held. Where l keeps another hold,
@@ -146,5 +145,5 @@ func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
 		return l.Release(ctx)
 	}
 	defer t.give() // where nothing was sent
-	return link.Release(ctx, l, t.give)
+	return hooks.Release(ctx, l, t.give)
 }

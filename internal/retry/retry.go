@@ -23,6 +23,9 @@ type Options struct {
 	AutoRenew     bool
 }
 
+// hooks is what package redlock lends this package.
+var hooks = link.Get[*redlock.Client, *redlock.Lock]()
+
 // Defaults of Options.
 const (
 	DefaultTTL           = 10 * time.Second
@@ -56,7 +59,7 @@ func (o Options) Check(client *redlock.Client, key, what string) (Options, error
 	case o.MaxRetryDelay < o.MinRetryDelay:
 		return o, bad("MaxRetryDelay %v: must not be less than MinRetryDelay (%v)", o.MaxRetryDelay, o.MinRetryDelay)
 	}
-	if err := link.CheckTTL(client, what+".TTL", o.TTL); err != nil {
+	if err := hooks.CheckTTL(client, what+".TTL", o.TTL); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -95,7 +98,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		var err error
 		if waited, err = t.line(ctx, c, key); err != nil {
 			err = fmt.Errorf("%w: acquire %s: gave up waiting for a turn among this process's holder and waiters: %w", redlock.ErrNotObtained, clip.Quote(key), err)
-			link.ObserveWait(ctx, c, key, time.Since(start), nil, err)
+			hooks.ObserveWait(ctx, c, key, time.Since(start), nil, err)
 			return nil, err
 		}
 	}
@@ -121,7 +124,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	}
 	err = ctxErr(ctx, err)
 	if waited {
-		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
+		hooks.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
 		l = nil // not ours to release
@@ -138,7 +141,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 // with err.
 func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
-	waker := link.NewWaker(c, key, wakeAll, tried)
+	waker := hooks.NewWaker(c, key, wakeAll, tried)
 	got := false
 	defer func() {
 		if got {
