@@ -7,38 +7,44 @@ import (
 	"github.com/go-redlock/redlock/internal/link"
 )
 
-// Packages mutex and rwmutex reach these through internal/link.
-func init() {
-	link.NewWaker = func(c any, key string, all bool, since time.Time) link.Waker {
-		return c.(*Client).newWaker(key, all, since)
-	}
-	link.AcquireWaitingWrite = func(ctx context.Context, c any, key, owner string, ttl, writeWait time.Duration) (any, error) {
-		return c.(*Client).acquireOwned(ctx, writeMode, key, owner, ttl, writeWait)
-	}
-	link.Release = func(ctx context.Context, l any, queued func()) error {
-		return l.(*Lock).release(ctx, queued)
-	}
-	link.LockKeys = func(prefix, name string, rw bool) []string {
-		return (&mode{rw: rw}).keys(prefix, name)
-	}
-	link.ParseHolder, link.FormatHolder = parseHolder, formatHolder
-	link.ObserveWait = func(ctx context.Context, c any, key string, waited time.Duration, l any, err error) {
-		o := c.(*Client).observer
-		if o == nil {
-			return
-		}
-		e := Event{Kind: EventWaited, Key: key, Wait: waited, Err: err}
-		if l, ok := l.(*Lock); ok && l != nil {
-			e.Read, e.Token, e.Until = l.mode == readMode, l.token, l.Until()
-		}
-		o.ObserveEvent(ctx, e)
-	}
-	link.CheckTTL = func(c any, name string, ttl time.Duration) error {
-		cl := c.(*Client)
-		if err := cl.check(); err != nil {
-			return err
-		}
-		_, err := cl.checkTTL(name, ttl)
+// linked is what packages mutex and rwmutex, and the command redlock,
+// reach through internal/link.
+type linked struct{}
+
+func init() { link.Register[*Client, *Lock](linked{}) }
+
+func (linked) NewWaker(c *Client, key string, all bool, since time.Time) link.Waker {
+	return c.newWaker(key, all, since)
+}
+
+func (linked) AcquireWaitingWrite(ctx context.Context, c *Client, key, owner string, ttl, writeWait time.Duration) (*Lock, error) {
+	return c.acquireOwned(ctx, writeMode, key, owner, ttl, writeWait)
+}
+
+func (linked) Release(ctx context.Context, l *Lock, queued func()) error {
+	return l.release(ctx, queued)
+}
+
+func (linked) CheckTTL(c *Client, name string, ttl time.Duration) error {
+	if err := c.check(); err != nil {
 		return err
 	}
+	_, err := c.checkTTL(name, ttl)
+	return err
+}
+
+func (linked) LockKeys(prefix, name string, rw bool) []string {
+	return (&mode{rw: rw}).keys(prefix, name)
+}
+
+func (linked) ObserveWait(ctx context.Context, c *Client, key string, waited time.Duration, l *Lock, err error) {
+	o := c.observer
+	if o == nil {
+		return
+	}
+	e := Event{Kind: EventWaited, Key: key, Wait: waited, Err: err}
+	if l != nil {
+		e.Read, e.Token, e.Until = l.mode == readMode, l.token, l.Until()
+	}
+	o.ObserveEvent(ctx, e)
 }

@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/go-redlock/redlock/internal/link"
 	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
@@ -76,55 +74,6 @@ func lockKey(name string) string {
 		return "{" + name + "}"
 	}
 	return "}{" + strings.ReplaceAll(name, "}", ")") + "}" + name + "}"
-}
-
-// formatHolder and parseHolder write and read the value of a lock's main
-// key as scripts.lua does ("@value"): "holds:token:waited:holder", where
-// holder is the nonce's length, ':', the nonce and the owner.
-func formatHolder(h link.Holder) string {
-	waited := "0"
-	if h.Waited {
-		waited = "1"
-	}
-	return strconv.Itoa(h.Holds) + ":" + h.Token + ":" + waited + ":" + strconv.Itoa(len(h.Nonce)) + ":" + h.Nonce + h.Owner
-}
-
-func parseHolder(v string) (link.Holder, bool) {
-	var h link.Holder
-	fields := strings.SplitN(v, ":", 5)
-	if len(fields) != 5 || !digits(fields[0]) || !digits(fields[1]) || !digits(fields[3]) {
-		return h, false
-	}
-	n, err := strconv.Atoi(fields[3])
-	if err != nil || n > len(fields[4]) {
-		return h, false
-	}
-	switch fields[2] {
-	case "0":
-	case "1":
-		h.Waited = true
-	default:
-		return h, false
-	}
-	h.Holds, err = strconv.Atoi(fields[0])
-	if err != nil {
-		return h, false
-	}
-	h.Token, h.Nonce, h.Owner = fields[1], fields[4][:n], fields[4][n:]
-	return h, true
-}
-
-// digits reports whether s is one or more decimal digits.
-func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 type scriptSet map[string]*redis.Script

@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
-	"github.com/go-redlock/redlock/internal/link"
 )
 
 // newClusterModeMasters starts n independent masters in cluster mode, each
@@ -73,7 +72,7 @@ func TestBraceKeysWorkOnClusterMasters(t *testing.T) {
 			defer cancel()
 			require.NoError(t, cl.FlushAll(ctx)) // the last subtest's client has closed
 			c := newClient(t, cl, &redlock.Options{MasterTimeout: slack, KeyPrefix: name.prefix})
-			waker := link.NewWaker(c, key, true, time.Time{})
+			waker := hooks.NewWaker(c, key, true, time.Time{})
 			defer waker.Close()
 
 			l, err := c.Acquire(ctx, key, ttl)

@@ -84,6 +84,9 @@ func refuse(t *testing.T, c *redlock.Client, key string) {
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 }
 
+// hooks is what package redlock lends its other packages: the waker.
+var hooks = link.Get[*redlock.Client, *redlock.Lock]()
+
 // TestUncontendedReleasePublishesNothing: a release publishes only where an
 // acquire was refused while the lock was held, and then on every master
 // that refused one.
@@ -91,7 +94,7 @@ func TestUncontendedReleasePublishesNothing(t *testing.T) {
 	cl := integration.NewCluster(t, 3)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	k := link.NewWaker(c, "job", true, time.Time{})
+	k := hooks.NewWaker(c, "job", true, time.Time{})
 	defer k.Close()
 	waitSubscribers(t, cl, "job", 1)
 	sub := cl.Admin(0).Subscribe(ctx, "{job}")
@@ -170,7 +173,7 @@ func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Two waiters: each release wakes both readers, and one
 			// waiter of an exclusive lock, in turn.
-			k := []link.Waker{link.NewWaker(c, tc.key, tc.all, time.Time{}), link.NewWaker(c, tc.key, tc.all, time.Time{})}
+			k := []link.Waker{hooks.NewWaker(c, tc.key, tc.all, time.Time{}), hooks.NewWaker(c, tc.key, tc.all, time.Time{})}
 			defer k[0].Close()
 			defer k[1].Close()
 			waitSubscribers(t, cl, tc.key, 1)
@@ -229,13 +232,13 @@ func TestWakerCloseTwice(t *testing.T) {
 	}
 
 	// One Waker closed five times: the subscription ends after the linger.
-	k := link.NewWaker(c, "job", false, time.Time{})
+	k := hooks.NewWaker(c, "job", false, time.Time{})
 	waitSubscribers(t, cl, "job", 1)
 	closeMany(k)
 	waitSubscribers(t, cl, "job", 0)
 
 	// A new Waker subscribes again and is woken.
-	k = link.NewWaker(c, "job", false, time.Time{})
+	k = hooks.NewWaker(c, "job", false, time.Time{})
 	waitSubscribers(t, cl, "job", 1)
 	release()
 	require.True(t, wokeWithin(k, wakeBound), "a new Waker is woken")
@@ -243,7 +246,7 @@ func TestWakerCloseTwice(t *testing.T) {
 	// Closing one of two Wakers twice leaves the other one subscribed. The
 	// 3s wait outlasts the 2s linger after which an unused subscription
 	// ends; a late timer could only hide the defect, not fail the test.
-	other := link.NewWaker(c, "job", false, time.Time{})
+	other := hooks.NewWaker(c, "job", false, time.Time{})
 	closeMany(k)
 	time.Sleep(3 * time.Second)
 	waitSubscribers(t, cl, "job", 1)

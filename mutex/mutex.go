@@ -38,9 +38,9 @@ type Mutex struct {
 	client *redlock.Client
 	key    string
 	opts   retry.Options
-
-	turn  chan struct{} // holds a token while this Mutex holds or seeks the lock
-	holds retry.Holders // one slot: "" -> the lock
+	// holds has one owner, "". Its turn is taken while this Mutex holds
+	// or seeks the lock.
+	holds retry.Holders
 }
 
 // New returns a Mutex for key. It does no I/O; it returns an error wrapping
@@ -51,11 +51,8 @@ func New(client *redlock.Client, key string, opts *Options) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mutex{client: client, key: key, opts: o, turn: make(chan struct{}, 1)}
-	m.holds.Anew = true // not reentrant: a Lock after a loss takes it anew
-	// A lost lock gives the Mutex's turn up: its hold has ended. The
-	// token is there while the hold is, so this does not block.
-	m.holds.Ended = func(string) { <-m.turn }
+	m := &Mutex{client: client, key: key, opts: o}
+	m.holds.Mutex = true
 	return m, nil
 }
 
@@ -85,12 +82,6 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	if err := m.check(ctx, "Lock"); err != nil {
 		return err
 	}
-	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
-	select {
-	case m.turn <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("%w: acquire %s: gave up waiting for this Mutex's own holder: %w", redlock.ErrNotObtained, clip.Quote(m.key), ctx.Err())
-	}
 	return m.acquire(ctx, true)
 }
 
@@ -102,27 +93,14 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 	if err := m.check(ctx, "TryLock"); err != nil {
 		return err
 	}
-	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
-	select {
-	case m.turn <- struct{}{}:
-	default:
-		return fmt.Errorf("%w: acquire %s: this Mutex holds it", redlock.ErrNotObtained, clip.Quote(m.key))
-	}
 	return m.acquire(ctx, false)
 }
 
-func (m *Mutex) acquire(ctx context.Context, block bool) (err error) {
-	held := false
-	defer func() {
-		if !held { // failed, or a panic (an Observer's, say)
-			<-m.turn
-		}
-	}()
-	err = m.holds.Take(ctx, m.client, m.key, "", false, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
+func (m *Mutex) acquire(ctx context.Context, block bool) error {
+	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
+	return m.holds.Take(ctx, m.client, m.key, "", false, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
 		return m.client.Acquire(ctx, m.key, m.opts.TTL)
 	})
-	held = err == nil
-	return err
 }
 
 // Unlock releases the lock. It returns an error wrapping redlock.ErrNotHeld
@@ -137,7 +115,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx, "Unlock"); err != nil {
 		return err
 	}
-	l, t, lost := m.holds.Drop("")
+	l, t, lost := m.holds.Drop()
 	if lost != nil {
 		return retry.Lost("release", m.key, "this Mutex", lost)
 	}
@@ -146,7 +124,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	// The Mutex is free for its other goroutines as soon as the release
 	// hands the lock on (see retry.Release).
-	return retry.Release(ctx, l, t, func() { <-m.turn })
+	return retry.Release(ctx, l, t)
 }
 
 // Extend renews the lock for another TTL from now. It returns an error

@@ -24,6 +24,9 @@ import (
 	"github.com/go-redlock/redlock/internal/retry"
 )
 
+// hooks is what package redlock lends this package.
+var hooks = link.Get[*redlock.Client, *redlock.Lock]()
+
 // RWMutex is a distributed read-write lock on one key. The holds of an
 // owner are counted by the RWMutex that took them: use one RWMutex per key
 // in a process. It is safe for concurrent use.
@@ -135,9 +138,7 @@ func (m *RWMutex) lock(ctx context.Context, op string, side *retry.Holders, owne
 			return m.client.AcquireRead(ctx, m.key, owner, m.opts.TTL)
 		}
 		if block {
-			l, err := link.AcquireWaitingWrite(ctx, m.client, m.key, owner, m.opts.TTL, m.writeWait)
-			lock, _ := l.(*redlock.Lock)
-			return lock, err
+			return hooks.AcquireWaitingWrite(ctx, m.client, m.key, owner, m.opts.TTL, m.writeWait)
 		}
 		return m.client.AcquireWrite(ctx, m.key, owner, m.opts.TTL)
 	})

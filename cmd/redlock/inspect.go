@@ -16,8 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/link"
 )
+
+// hooks is what package redlock lends this command: the keys of a lock.
+var hooks = link.Get[*redlock.Client, *redlock.Lock]()
 
 // MasterView is what one master stores for a lock. Durations are what is
 // left of a key's TTL when the master answered, in milliseconds.
@@ -76,7 +80,7 @@ type LockView struct {
 // bounded by timeout, and never fails: a master that did not answer has
 // Error set.
 func inspect(ctx context.Context, clients []*redis.Client, addrs []string, prefix, key string, timeout time.Duration) *LockView {
-	keys := link.LockKeys(prefix, key, true)
+	keys := hooks.LockKeys(prefix, key, true)
 	v := &LockView{Key: key, At: time.Now(), Quorum: len(clients)/2 + 1, Masters: make([]MasterView, len(clients))}
 	var g errgroup.Group
 	for i, c := range clients {

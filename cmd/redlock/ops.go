@@ -18,7 +18,6 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/harness"
-	"github.com/go-redlock/redlock/internal/link"
 )
 
 // EnvMasters is the default of -masters for the operations commands.
@@ -220,7 +219,7 @@ return n
 
 // release frees the lock on every master, keeping its fencing counter.
 func (c *opsCmd) release(ctx context.Context) error {
-	keys := link.LockKeys(c.prefix, c.key, true)
+	keys := hooks.LockKeys(c.prefix, c.key, true)
 	nonce := "force-" + rand.Text()
 	res := make([]ReleaseResult, len(c.clients))
 	var g errgroup.Group

@@ -18,50 +18,45 @@ import (
 // then, and one later call of the owner reports the loss. Losses wait for
 // their reports, oldest first, even past a new hold: a release reports a
 // loss before it touches a newer lock, which it might not belong to.
-// Changes for one owner run one at a time (a blocked Lock holds up only
-// its own owner, and a call that waits for it still ends with its
-// context); reads never wait. The zero value is ready; it is safe for
-// concurrent use.
+// Changes for one owner run one at a time, each with its Turn (a blocked
+// Lock holds up only its own owner, and a call that waits for it still
+// ends with its context); reads never wait. The zero value is ready; it is
+// safe for concurrent use.
 type Holders struct {
-	// Ended, if set, runs once for each hold that ends with its lock, as
-	// soon as the lock ends: under the Holders' lock, so it must neither
-	// block nor use them. Set it before the Holders are used.
-	Ended func(owner string)
-	// Anew makes a Take after the owner's lock ended take the lock anew,
-	// for a lock that is not reentrant. Otherwise that Take is a failed
-	// re-entry: it reports the loss, and the next Take takes the lock.
-	Anew bool
+	// Mutex makes these the holds of a Mutex: not reentrant, so a Take
+	// after the owner's lock ended takes the lock anew, and a hold keeps
+	// the owner's turn until it ends, so the next Take waits for it. Set it
+	// before the Holders are used.
+	Mutex bool
 
 	mu sync.Mutex
 	m  map[string]*holder
 }
 
 type holder struct {
-	busy chan struct{} // holds a token while a change runs
-	// lock is the lock held. It is stored under busy and Holders.mu, and
-	// cleared under Holders.mu: the end of a lock needs no busy.
+	busy chan struct{} // holds a token while a Turn has the owner's place
+	// lock is the lock held. It is stored under the owner's place and
+	// Holders.mu, and cleared under Holders.mu: the end of a lock needs
+	// no place.
 	lock  atomic.Pointer[redlock.Lock]
-	turn  *Turn // the turn lock was taken with (see Wait); guarded by busy
+	turn  *Turn // the turn lock's hold keeps, or nil; guarded by Holders.mu
 	users int   // calls using this holder; guarded by Holders.mu
 	// lost are the locks that ended while held, oldest first, until calls
 	// report them; guarded by Holders.mu.
 	lost []*redlock.Lock
-	// unwatch stops the watch of lock's end (see Ended); guarded by
-	// Holders.mu.
+	// unwatch stops the watch of lock's end; guarded by Holders.mu.
 	unwatch func() bool
 }
 
-// errOwnerBusy is with's error when ctx ended while another change for the
-// owner ran: nothing was done.
+// errOwnerBusy is take's error when ctx ended while another change for
+// the owner ran: nothing was done.
 var errOwnerBusy = errors.New("gave up waiting for another call of this owner")
 
-// with runs f with the owner's holder while no other change for the same
-// owner runs. f reads and stores the holder's lock and turn; a holder left
-// without a lock or a loss to report is forgotten. If another change runs,
-// with returns refuse(o)'s error at once where it is not nil (refuse may
-// be nil), and otherwise waits for that change or for ctx to end. A panic
-// in f leaves the holder usable.
-func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *holder) error) error {
+// take returns the owner's holder and a Turn holding the owner's place,
+// once no other Turn holds it. If one does, take returns refuse(o)'s error
+// at once where it is not nil (refuse may be nil), and otherwise waits for
+// that Turn or for ctx to end. The caller calls done with both.
+func (h *Holders) take(ctx context.Context, owner string, refuse func(o *holder) error) (*holder, *Turn, error) {
 	h.mu.Lock()
 	if h.m == nil {
 		h.m = map[string]*holder{}
@@ -73,81 +68,110 @@ func (h *Holders) with(ctx context.Context, owner string, refuse, f func(o *hold
 	}
 	o.users++
 	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		// Another call for the owner may have stored a lock since: look again.
-		if o.users--; o.users == 0 && o.lock.Load() == nil && len(o.lost) == 0 {
-			delete(h.m, owner)
-		}
-		h.mu.Unlock()
-	}()
-
 	select {
 	case o.busy <- struct{}{}:
 	default:
+		var err error
 		if refuse != nil {
-			if err := refuse(o); err != nil {
-				return err
+			err = refuse(o)
+		}
+		if err == nil {
+			select {
+			case o.busy <- struct{}{}:
+			case <-ctx.Done():
+				err = fmt.Errorf("%w: %w", errOwnerBusy, ctx.Err())
 			}
 		}
-		select {
-		case o.busy <- struct{}{}:
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errOwnerBusy, ctx.Err())
+		if err != nil {
+			h.done(owner, o, nil)
+			return nil, nil, err
 		}
 	}
-	defer func() { <-o.busy }()
-	return f(o)
+	return o, &Turn{busy: o.busy}, nil
 }
 
-// hold stores l, taken with turn t, as the owner's lock; busy must be
-// held. With Ended set, the hold ends as soon as l ends.
-func (h *Holders) hold(owner string, o *holder, l *redlock.Lock, t *Turn) {
-	o.turn = t
-	ended := l.Context() // not under h.mu: it may report events
+// done ends a call that took t (nil: it got no turn): it gives up what
+// the owner's hold does not keep of t. A holder left without a lock or a
+// loss to report is forgotten, but for a Mutex's, which stays.
+func (h *Holders) done(owner string, o *holder, t *Turn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t != nil && o.turn != t {
+		t.give()
+	} else if t != nil && !h.Mutex {
+		t.leaveOwner()
+	}
+	// Another call for the owner may have stored a lock since: look again.
+	if o.users--; o.users == 0 && !h.Mutex && o.lock.Load() == nil && len(o.lost) == 0 {
+		delete(h.m, owner)
+	}
+}
+
+// with runs f with the owner's holder and a Turn holding the owner's
+// place (see take). A panic in f leaves the holder usable.
+func (h *Holders) with(ctx context.Context, owner string, refuse func(o *holder) error, f func(o *holder, t *Turn) error) error {
+	o, t, err := h.take(ctx, owner, refuse)
+	if err != nil {
+		return err
+	}
+	defer h.done(owner, o, t)
+	return f(o, t)
+}
+
+// hold stores l as the owner's lock; t must hold the owner's place. The
+// hold keeps t if t holds the process's place, or if h.Mutex; it then
+// gives t up as soon as l ends.
+func (h *Holders) hold(o *holder, l *redlock.Lock, t *Turn) {
+	keep := h.Mutex || t.lined()
+	var ended context.Context
+	if keep {
+		ended = l.Context() // not under h.mu: it may report events
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	o.lock.Store(l) // earlier losses stay to be reported
-	if h.Ended != nil {
-		o.unwatch = context.AfterFunc(ended, func() {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if o.lock.Load() == l { // else released, or ended already
-				h.endLocked(owner, o, l)
-			}
-		})
+	if !keep {
+		return
 	}
+	o.turn = t
+	o.unwatch = context.AfterFunc(ended, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if o.lock.Load() == l { // else released, or ended already
+			h.endLocked(o, l)
+		}
+	})
 }
 
-// endLocked ends the hold of l, which ended; h.mu must be held, and o's
-// lock must be l.
-func (h *Holders) endLocked(owner string, o *holder, l *redlock.Lock) {
-	h.forgetLocked(o)
+// endLocked ends the hold of l, which ended, and gives its turn up; h.mu
+// must be held, and o's lock must be l.
+func (h *Holders) endLocked(o *holder, l *redlock.Lock) {
+	h.forgetLocked(o).give()
 	o.lost = append(o.lost, l)
-	if h.Ended != nil {
-		h.Ended(owner)
-	}
 }
 
-// forgetLocked drops o's lock; h.mu must be held. The turn stays, guarded
-// by busy: the next hold sets it. Losses to report stay too.
-func (h *Holders) forgetLocked(o *holder) {
+// forgetLocked drops o's lock and returns the turn its hold kept, or nil;
+// h.mu must be held. Losses to report stay.
+func (h *Holders) forgetLocked(o *holder) *Turn {
 	o.lock.Store(nil)
 	if o.unwatch != nil {
 		o.unwatch()
 		o.unwatch = nil
 	}
+	t := o.turn
+	o.turn = nil
+	return t
 }
 
 // liveLocked returns o's lock, or nil; a lock that ended is no longer
 // held, and its hold ends here if it has not yet. h.mu must be held.
-func (h *Holders) liveLocked(owner string, o *holder) *redlock.Lock {
+func (h *Holders) liveLocked(o *holder) *redlock.Lock {
 	l := o.lock.Load()
 	if l == nil {
 		return nil
 	}
 	if !l.Held() { // not Done, which reports events: no Observer under h.mu
-		h.endLocked(owner, o, l)
+		h.endLocked(o, l)
 		return nil
 	}
 	return l
@@ -166,14 +190,15 @@ func (h *Holders) reportLocked(o *holder) *redlock.Lock {
 }
 
 // settle forgets l, the owner's lock, if it ended during a round of it
-// that failed with err: err reports the loss. busy must be held.
-func (h *Holders) settle(owner string, o *holder, l *redlock.Lock, err error) {
+// that failed with err: err reports the loss. The caller holds the
+// owner's place.
+func (h *Holders) settle(o *holder, l *redlock.Lock, err error) {
 	if err == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.liveLocked(owner, o) == nil {
+	if h.liveLocked(o) == nil {
 		o.lost = slices.DeleteFunc(o.lost, func(x *redlock.Lock) bool { return x == l })
 	}
 }
@@ -197,7 +222,7 @@ func (h *Holders) Get(owner string) *redlock.Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if o := h.m[owner]; o != nil {
-		l := h.liveLocked(owner, o)
+		l := h.liveLocked(o)
 		if len(o.lost) > 0 {
 			return o.lost[0]
 		}
@@ -212,55 +237,61 @@ func (h *Holders) Holding(owner string) *redlock.Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if o := h.m[owner]; o != nil {
-		return h.liveLocked(owner, o)
+		return h.liveLocked(o)
 	}
 	return nil
 }
 
 // Take adds a hold for owner: it re-enters the lock the owner holds here,
 // else calls try once, or through Wait when block. A new lock is renewed
-// automatically with opts.AutoRenew. Unless h.Anew, a Take after the
+// automatically with opts.AutoRenew. Unless h.Mutex, a Take after the
 // owner's lock ended reports the loss (see Lost) as a failed re-entry.
 //
 // Another call for owner under way makes it wait (block) or fail at once
-// with an error wrapping redlock.ErrNotObtained.
+// with an error wrapping redlock.ErrNotObtained. For a Mutex, that call is
+// its hold too.
 func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string, wakeAll, block bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) error {
 	var refuse func(*holder) error
 	if !block {
 		refuse = func(*holder) error {
+			if h.Mutex {
+				return fmt.Errorf("%w: acquire %s: this Mutex holds it", redlock.ErrNotObtained, clip.Quote(key))
+			}
 			return fmt.Errorf("%w: acquire %s: another call of owner %q is under way", redlock.ErrNotObtained, clip.Quote(key), owner)
 		}
 	}
-	err := h.with(ctx, owner, refuse, func(o *holder) error {
+	err := h.with(ctx, owner, refuse, func(o *holder, t *Turn) error {
 		h.mu.Lock()
-		l, ended := h.liveLocked(owner, o), (*redlock.Lock)(nil)
-		if l == nil && !h.Anew {
+		l, ended := h.liveLocked(o), (*redlock.Lock)(nil)
+		if l == nil && !h.Mutex {
 			ended = h.reportLocked(o)
 		}
 		h.mu.Unlock()
 		switch {
 		case l != nil:
 			err := l.Reenter(ctx)
-			h.settle(owner, o, l, err)
+			h.settle(o, l, err)
 			return err
 		case ended != nil:
 			return Lost("reenter", key, fmt.Sprintf("owner %q", owner), ended)
 		}
-		var t *Turn
 		var err error
 		if block {
-			l, t, err = Wait(ctx, c, key, wakeAll, opts, try)
+			l, err = Wait(ctx, c, key, wakeAll, opts, t, try)
 		} else if l, err = try(ctx); err == nil && opts.AutoRenew {
 			l.AutoRenew()
 		}
 		if err != nil {
 			return err
 		}
-		h.hold(owner, o, l, t)
+		h.hold(o, l, t)
 		return nil
 	})
 	if errors.Is(err, errOwnerBusy) {
+		if h.Mutex {
+			return fmt.Errorf("%w: acquire %s: gave up waiting for this Mutex's own holder: %w", redlock.ErrNotObtained, clip.Quote(key), ctx.Err())
+		}
 		return fmt.Errorf("%w: acquire %s: %w", redlock.ErrNotObtained, clip.Quote(key), err)
 	}
 	return err
@@ -288,7 +319,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 	releasable := func(o *holder) (l, lost *redlock.Lock) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if l = h.liveLocked(owner, o); l == nil || len(o.lost) > 0 {
+		if l = h.liveLocked(o); l == nil || len(o.lost) > 0 {
 			return nil, h.reportLocked(o)
 		}
 		return l, nil
@@ -299,35 +330,32 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		}
 		return nil
 	}
-	err := h.with(ctx, owner, refuse, func(o *holder) error {
+	err := h.with(ctx, owner, refuse, func(o *holder, _ *Turn) error {
 		l, lost := releasable(o)
 		if l == nil {
 			return notHeld(lost)
 		}
-		t := o.turn
-		last := l.Holds() <= 1 // not under h.mu: it waits for a round of l
-		if last {
-			// Forgotten before the release, whose end of l is no loss.
-			h.mu.Lock()
-			if h.liveLocked(owner, o) != l { // it ended meanwhile
-				lost := h.reportLocked(o)
-				h.mu.Unlock()
-				return notHeld(lost)
-			}
-			h.forgetLocked(o)
-			h.mu.Unlock()
-		}
-		released := Release(ctx, l, t, nil)
-		if !last {
-			h.settle(owner, o, l, released)
+		if l.Holds() > 1 { // not under h.mu: it waits for a round of l
+			released := l.Release(ctx)
+			h.settle(o, l, released)
 			// A closed client's locks are left to expire, holds and all.
 			if errors.Is(released, redlock.ErrClosed) {
 				h.mu.Lock()
-				h.forgetLocked(o)
+				h.forgetLocked(o).give()
 				h.mu.Unlock()
 			}
+			return released
 		}
-		return released
+		// Forgotten before the release, whose end of l is no loss.
+		h.mu.Lock()
+		if h.liveLocked(o) != l { // it ended meanwhile
+			lost := h.reportLocked(o)
+			h.mu.Unlock()
+			return notHeld(lost)
+		}
+		t := h.forgetLocked(o)
+		h.mu.Unlock()
+		return Release(ctx, l, t)
 	})
 	if errors.Is(err, errOwnerBusy) {
 		return fmt.Errorf("%s %s: %w", op, clip.Quote(key), err)
@@ -335,27 +363,20 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 	return err
 }
 
-// Drop forgets the lock owner holds here and returns it and the turn it
-// was taken with (see Release). Where a lock that ended while held was not
-// reported yet, it returns instead the oldest such (see Lost), and keeps
-// the hold. Else nothing: at once, without waiting, while a Lock of owner
-// is under way.
-func (h *Holders) Drop(owner string) (l *redlock.Lock, t *Turn, ended *redlock.Lock) {
-	_ = h.with(context.Background(), owner, func(o *holder) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		ended = h.reportLocked(o)
-		return errOwnerBusy
-	}, func(o *holder) error {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if l = h.liveLocked(owner, o); l == nil || len(o.lost) > 0 {
-			l, ended = nil, h.reportLocked(o)
-			return nil
-		}
-		t = o.turn
-		h.forgetLocked(o)
-		return nil
-	})
-	return l, t, ended
+// Drop forgets the lock of a Mutex and returns it and the turn its hold
+// kept, which the caller gives up with Release. Where a lock that ended
+// while held was not reported yet, it returns instead the oldest such (see
+// Lost), and keeps the hold. Else nothing: at once, without waiting, while
+// a Lock of the Mutex is under way.
+func (h *Holders) Drop() (l *redlock.Lock, t *Turn, ended *redlock.Lock) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o := h.m[""]
+	if o == nil {
+		return nil, nil, nil
+	}
+	if l = h.liveLocked(o); l == nil || len(o.lost) > 0 {
+		return nil, nil, h.reportLocked(o)
+	}
+	return l, h.forgetLocked(o), nil
 }

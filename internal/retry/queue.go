@@ -5,17 +5,34 @@ import (
 	"sync"
 
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/internal/link"
 )
 
-// queue lets the waiters of one process for one exclusive lock take turns:
-// only the one holding the turn tries, so that they do not split the
-// masters' votes among themselves, and each release wakes the one waiter
-// that will try. The waiter that gets the lock keeps the turn until its
-// release hands the lock on (see Release), so the next one tries once the
-// lock is free instead of being refused while it is held.
+// Turn is one call's turn: the one token a blocking call of package mutex
+// or rwmutex takes. It holds up to two places, taken in this order and
+// given back together.
+//
+// The owner's place lets one change of an owner's holds run at a time. A
+// Mutex's hold keeps it, so the Mutex's next Lock waits for the Unlock.
+//
+// The process's place lets this process's waiters for one exclusive lock
+// try one at a time, so that they do not split the masters' votes among
+// themselves. The waiter that gets the lock keeps it until its release
+// hands the lock on (see Release). The next waiter then tries once the
+// lock is free, instead of being refused while it is held.
+//
+// The two are distinct: an owner's re-entry or release must not wait for
+// another owner's waiter, which waits for that very release. The zero
+// Turn holds nothing. It is safe for concurrent use.
+type Turn struct {
+	mu   sync.Mutex
+	busy chan struct{} // the owner's place, held while not nil; guarded by mu
+	q    *queue        // the process's place, held while not nil; guarded by mu
+}
+
+// queue is the process's place for one exclusive lock.
 type queue struct {
-	turn chan struct{}
+	turn chan struct{} // holds a token while a waiter or holder has the place
+	key  queueKey
 	refs int // guarded by queuesMu
 }
 
@@ -29,122 +46,104 @@ var (
 	queues   = map[queueKey]*queue{}
 )
 
-// Turn is a waiter's turn among its process's waiters for an exclusive
-// lock, and then its holder's. It is given up once: by Release, when the
-// lock's last release hands it on, or as soon as the lock ends otherwise (lost,
-// expired, its Client closed, or released without Release). A nil *Turn
-// is no turn: its methods do nothing. It is safe for concurrent use.
-type Turn struct {
-	q     *queue
-	leave func()
-
-	mu    sync.Mutex
-	given bool
-	stop  func() bool // stops watching the lock's end (see keepWhile)
-}
-
-// takeTurn blocks until it is the caller's turn among this process's
-// waiters and holder for key on c, or ctx ends. waited tells whether it
-// had to wait.
-func takeTurn(ctx context.Context, c *redlock.Client, key string) (t *Turn, waited bool, err error) {
+// line adds the process's place for key on c to t. It blocks until the
+// place is free or ctx ends; waited tells whether it had to wait.
+func (t *Turn) line(ctx context.Context, c *redlock.Client, key string) (waited bool, err error) {
 	k := queueKey{c, key}
 	queuesMu.Lock()
 	q := queues[k]
 	if q == nil {
-		q = &queue{turn: make(chan struct{}, 1)}
+		q = &queue{turn: make(chan struct{}, 1), key: k}
 		queues[k] = q
 	}
 	q.refs++
 	queuesMu.Unlock()
-	leave := func() {
-		queuesMu.Lock()
-		if q.refs--; q.refs == 0 {
-			delete(queues, k)
-		}
-		queuesMu.Unlock()
-	}
 	select {
 	case q.turn <- struct{}{}:
-		return &Turn{q: q, leave: leave}, false, nil
 	default:
+		waited = true
+		select {
+		case q.turn <- struct{}{}:
+		case <-ctx.Done():
+			q.unref()
+			return true, ctx.Err()
+		}
 	}
-	select {
-	case q.turn <- struct{}{}:
-		return &Turn{q: q, leave: leave}, true, nil
-	case <-ctx.Done():
-		leave()
-		return nil, true, ctx.Err()
+	t.mu.Lock()
+	t.q = q
+	t.mu.Unlock()
+	return waited, nil
+}
+
+// unref forgets q once no call uses it.
+func (q *queue) unref() {
+	queuesMu.Lock()
+	if q.refs--; q.refs == 0 {
+		delete(queues, q.key)
+	}
+	queuesMu.Unlock()
+}
+
+// leaveLine gives the process's place up, if t holds it.
+func (t *Turn) leaveLine() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	q := t.q
+	t.q = nil
+	t.mu.Unlock()
+	if q != nil {
+		<-q.turn
+		q.unref()
 	}
 }
 
-// give gives the turn up; only the first call does.
+// leaveOwner gives the owner's place up, if t holds it.
+func (t *Turn) leaveOwner() {
+	t.mu.Lock()
+	busy := t.busy
+	t.busy = nil
+	t.mu.Unlock()
+	if busy != nil {
+		<-busy
+	}
+}
+
+// give gives every place t holds up; later calls do nothing. A nil *Turn
+// holds nothing.
 func (t *Turn) give() {
 	if t == nil {
 		return
 	}
-	t.mu.Lock()
-	if t.given {
-		t.mu.Unlock()
-		return
-	}
-	t.given = true
-	t.mu.Unlock()
-	t.unwatch()
-	<-t.q.turn
-	t.leave()
+	t.leaveLine()
+	t.leaveOwner()
 }
 
-// unwatch stops keepWhile's watch, if any.
-func (t *Turn) unwatch() {
+// lined reports whether t holds the process's place.
+func (t *Turn) lined() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.q != nil
+}
+
+// Release gives up one hold of l (see redlock.Lock.Release), and t, the
+// turn l's hold kept (nil: none). The last hold gives t up when the
+// release hands the lock on (see link.Hooks.Release), at the latest when Release
+// returns. The next waiter of this process then tries at once. Its acquire
+// reaches each master behind the release and finds the lock free, where it
+// would have been refused while l was held. Where l keeps another hold,
+// taken through the Lock itself, t gives the owner's place up when Release
+// returns, and the process's once l ends.
+func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
 	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	stop := t.stop
-	t.stop = nil
-	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
-
-// keepWhile keeps the turn while l is held: it is given up when l ends,
-// unless Release stopped watching first.
-func (t *Turn) keepWhile(l *redlock.Lock) {
-	if t == nil {
-		return
-	}
-	stop := context.AfterFunc(l.Context(), t.give)
-	t.mu.Lock()
-	t.stop = stop
-	t.mu.Unlock()
-}
-
-// Release gives up one hold of l (see redlock.Lock.Release). The last one
-// gives up t, the turn l was taken with (nil: none), and runs then, if
-// set, when the release hands the lock on (see link.Release), at the
-// latest when Release returns: the next waiter of this process then tries
-// at once, and its acquire reaches each master behind the release and
-// finds the lock free, where it would have been refused while l was held.
-// Another hold keeps l and t (given up when l ends), and runs then when
-// Release returns: then always runs once. then must not block.
-func Release(ctx context.Context, l *redlock.Lock, t *Turn, then func()) error {
-	if l.Holds() > 1 || t == nil && then == nil {
-		if then != nil {
-			defer then()
-		}
 		return l.Release(ctx)
 	}
-	t.unwatch() // a lock that ended meanwhile gave the turn up already
-	var once sync.Once
-	handOff := func() {
-		once.Do(func() {
-			t.give()
-			if then != nil {
-				then()
-			}
-		})
+	if l.Holds() > 1 {
+		context.AfterFunc(l.Context(), t.give)
+		defer t.leaveOwner()
+		return l.Release(ctx)
 	}
-	defer handOff() // where nothing was sent
-	return link.Release(ctx, l, handOff)
+	defer t.give() // where nothing was sent
+	return hooks.Release(ctx, l, t.give)
 }

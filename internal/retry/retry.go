@@ -23,6 +23,9 @@ type Options struct {
 	AutoRenew     bool
 }
 
+// hooks is what package redlock lends this package.
+var hooks = link.Get[*redlock.Client, *redlock.Lock]()
+
 // Defaults of Options.
 const (
 	DefaultTTL           = 10 * time.Second
@@ -56,7 +59,7 @@ func (o Options) Check(client *redlock.Client, key, what string) (Options, error
 	case o.MaxRetryDelay < o.MinRetryDelay:
 		return o, bad("MaxRetryDelay %v: must not be less than MinRetryDelay (%v)", o.MaxRetryDelay, o.MinRetryDelay)
 	}
-	if err := link.CheckTTL(client, what+".TTL", o.TTL); err != nil {
+	if err := hooks.CheckTTL(client, what+".TTL", o.TTL); err != nil {
 		return o, err
 	}
 	return o, nil
@@ -81,23 +84,22 @@ func orDefault(v, def time.Duration) time.Duration {
 // release), tries again at once unless the client already watched them
 // (a release may have come in between), and then retries on each wake-up
 // or when the fallback timer fires. Waiters for an exclusive lock (not
-// wakeAll) in one process take turns, and the one that gets the lock keeps
-// its turn, returned, until Release (see Turn). If ctx ends first, the
-// error matches ctx.Err() and tells the last attempt's outcome. With
-// opts.AutoRenew the lock is renewed from then on. When it waited for a
-// turn or its first attempt found the lock held, the wait is reported to
-// the client's Observer.
-func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
-	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, *Turn, error) {
+// wakeAll) in one process take turns: Wait first adds the process's place
+// to t, and keeps it there once it gets the lock (see Turn). If ctx ends
+// first, the error matches ctx.Err() and tells the last attempt's outcome.
+// With opts.AutoRenew the lock is renewed from then on. When it waited for
+// its turn or its first attempt found the lock held, the wait is reported
+// to the client's Observer.
+func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options, t *Turn,
+	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
 	start := time.Now() // a wait for a turn counts as waiting
-	var t *Turn
 	var waited bool
 	if !wakeAll {
 		var err error
-		if t, waited, err = takeTurn(ctx, c, key); err != nil {
+		if waited, err = t.line(ctx, c, key); err != nil {
 			err = fmt.Errorf("%w: acquire %s: gave up waiting for a turn among this process's holder and waiters: %w", redlock.ErrNotObtained, clip.Quote(key), err)
-			link.ObserveWait(ctx, c, key, time.Since(start), nil, err)
-			return nil, nil, err
+			hooks.ObserveWait(ctx, c, key, time.Since(start), nil, err)
+			return nil, err
 		}
 	}
 	var l *redlock.Lock
@@ -108,7 +110,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		}
 		// Failed, or a panic (an Observer's, say): never keep the turn,
 		// nor a lock nobody will release.
-		t.give()
+		t.leaveLine()
 		if l != nil {
 			defer func() { _ = recover() }() // the first panic goes on
 			_ = l.Release(context.WithoutCancel(ctx))
@@ -122,25 +124,24 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	}
 	err = ctxErr(ctx, err)
 	if waited {
-		link.ObserveWait(ctx, c, key, time.Since(start), l, err)
+		hooks.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
 	if err != nil {
 		l = nil // not ours to release
-		return nil, nil, err
+		return nil, err
 	}
 	if opts.AutoRenew {
 		l.AutoRenew()
 	}
-	t.keepWhile(l)
 	kept = true
-	return l, t, nil
+	return l, nil
 }
 
 // wait is Wait after the first attempt, which started at tried and failed
 // with err.
 func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
-	waker := link.NewWaker(c, key, wakeAll, tried)
+	waker := hooks.NewWaker(c, key, wakeAll, tried)
 	got := false
 	defer func() {
 		if got {

@@ -20,7 +20,7 @@ func TestWaitErrorMatchesTheContextThatEnded(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	ctx, cancel := context.WithCancel(context.Background())
 	refused := fmt.Errorf("%w: held elsewhere", redlock.ErrNotObtained)
-	_, _, err = Wait(ctx, c, "k", false, Options{}, func(context.Context) (*redlock.Lock, error) {
+	_, err = Wait(ctx, c, "k", false, Options{}, &Turn{}, func(context.Context) (*redlock.Lock, error) {
 		cancel()
 		return nil, refused
 	})
