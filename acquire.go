@@ -1,23 +1,27 @@
 package redlock
 
-import "context"
+import (
+	"context"
+
+	"github.com/go-redlock/redlock/internal/quorum"
+)
 
 // acquirePolicy is an acquire's part in its round. A master may agree
 // after the decision, or time out and apply later: that agreement may
 // outlive the lock's release, and is deleted again (see lateAgreement).
 type acquirePolicy struct {
-	noHooks
+	quorum.NoHooks
 	l     *Lock
 	holds int // the holds the round sets
 }
 
-func (p *acquirePolicy) settles(a answer) bool { return a.mayHaveApplied() }
+func (p *acquirePolicy) Settles(a quorum.Answer) bool { return a.MayHaveApplied() }
 
-func (p *acquirePolicy) settled(ctx context.Context, i int, a answer, counted bool) func() {
+func (p *acquirePolicy) Settled(ctx context.Context, i int, a quorum.Answer, counted bool) func() {
 	// The decider counted an unknown outcome as a refusal: it may
 	// still land.
-	if !counted || a.unknown() {
-		p.l.lateAgreement(ctx, i, p.holds, a.unknown())
+	if !counted || a.Unknown() {
+		p.l.lateAgreement(ctx, i, p.holds, a.Unknown())
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // flakyMaster is a fakeMaster whose next release calls fail without
@@ -163,14 +165,14 @@ func TestCleanupIsRetriedUntilTheKeyExpires(t *testing.T) {
 // fails but reaches one master, whose key may then live that long. The last
 // release, lost there, is retried past the Lock's own TTL.
 func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
-	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
-	maxCleanupDelay = 10 * time.Millisecond
+	t.Cleanup(func(d time.Duration) func() { return func() { quorum.MaxCleanupDelay = d } }(quorum.MaxCleanupDelay))
+	quorum.MaxCleanupDelay = 10 * time.Millisecond
 	const ttl = 500 * time.Millisecond // Extend must come within it
 	fs := fakes(3)
 	masters, fl := withFlaky(fs, 2)
 	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before maxCleanupDelay is restored
+	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before quorum.MaxCleanupDelay is restored
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "k", ttl)
 	require.NoError(t, err)
@@ -200,14 +202,14 @@ func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
 // client and master 2.
 func releaseLostOn(t *testing.T, ttl time.Duration, reply bool) (*Client, *flakyMaster) {
 	t.Helper()
-	t.Cleanup(func(d time.Duration) func() { return func() { maxCleanupDelay = d } }(maxCleanupDelay))
-	maxCleanupDelay = 10 * time.Millisecond
+	t.Cleanup(func(d time.Duration) func() { return func() { quorum.MaxCleanupDelay = d } }(quorum.MaxCleanupDelay))
+	quorum.MaxCleanupDelay = 10 * time.Millisecond
 	fs := fakes(3)
 	masters, fl := withFlaky(fs, 2)
 	fl.reply = reply
 	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before maxCleanupDelay is restored
+	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before quorum.MaxCleanupDelay is restored
 	l, err := c.Acquire(context.Background(), "k", ttl)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return held(fs[0]) && held(fs[1]) && held(fs[2]) }, 5*time.Second, time.Millisecond,
@@ -221,11 +223,8 @@ func releaseLostOn(t *testing.T, ttl time.Duration, reply bool) (*Client, *flaky
 // stopped for good.
 func assertCleanerStops(t *testing.T, c *Client, i int, fl *flakyMaster) {
 	t.Helper()
-	cl := &c.cleaners[i]
 	require.Eventually(t, func() bool {
-		cl.mu.Lock()
-		defer cl.mu.Unlock()
-		return !cl.running && fl.fails.Load() < 1<<30-1 // the first try and one retry at least
+		return !c.engine.Retrying(i) && fl.fails.Load() < 1<<30-1 // the first try and one retry at least
 	}, 5*time.Second, time.Millisecond, "the cleaner stopped")
 	left := fl.fails.Load()
 	time.Sleep(100 * time.Millisecond)
@@ -240,12 +239,12 @@ func TestCleanupStopsOnceTheKeyHasExpired(t *testing.T) {
 }
 
 // TestCleanupStopsAfterErrorReplies: a master that answers a release with
-// an error reply (it became a replica, say) gets maxErrorReplies tries, not
+// an error reply (it became a replica, say) gets quorum.MaxErrorReplies tries, not
 // a retry every second for the key's hour.
 func TestCleanupStopsAfterErrorReplies(t *testing.T) {
 	c, fl := releaseLostOn(t, time.Hour, true)
 	assertCleanerStops(t, c, 2, fl)
-	assert.Equal(t, int32(1<<30-1-maxErrorReplies), fl.fails.Load(), "the first try, then maxErrorReplies retries")
+	assert.Equal(t, int32(1<<30-1-quorum.MaxErrorReplies), fl.fails.Load(), "the first try, then quorum.MaxErrorReplies retries")
 }
 
 // proxiedMaster answers every acquire with an error reply a proxy gives
@@ -337,4 +336,16 @@ func TestReleaseMarkerLastsTheLongestTTL(t *testing.T) {
 		}
 	}
 	assert.Positive(t, marked, "no release left a marker: %v", p.releases)
+}
+
+// TestCloseLeavesNoTimerArmed: the last round's cancelled entry stays
+// queued for the timer to drop; Close stops the timer instead, so that
+// nothing of the Client runs after it returns (review).
+func TestCloseLeavesNoTimerArmed(t *testing.T) {
+	c := newFakeClient(t, fakes(3), &Options{MasterTimeout: time.Second})
+	l, err := c.Acquire(context.Background(), "k", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, c.Close())
+	assert.True(t, c.engine.Quiet(), "a deadline timer armed, or entries queued, after Close")
 }

@@ -3,12 +3,14 @@ package redlock
 import (
 	"context"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // extendPolicy is an extend's part in its round: once a quorum agreed,
 // it repairs the masters that answered without the lock (see repairOn).
 type extendPolicy struct {
-	noHooks
+	quorum.NoHooks
 	l     *Lock
 	until time.Time // the deadline the round would set
 	holds int64     // what a repair sets
@@ -18,15 +20,15 @@ type extendPolicy struct {
 // extendPolicy returns the policy of an extend whose validity ends by
 // until. Read locks, and Options.NoRepair, repair nothing. l.mu must be
 // held.
-func (l *Lock) extendPolicy(until time.Time) policy {
+func (l *Lock) extendPolicy(until time.Time) quorum.Policy {
 	if l.mode.repair == nil || l.client.noRepair {
-		return noHooks{}
+		return quorum.NoHooks{}
 	}
 	return &extendPolicy{l: l, until: until, holds: int64(l.holds), token: max(l.token, 1)}
 }
 
-func (p *extendPolicy) settles(a answer) bool { return a.refused() }
+func (p *extendPolicy) Settles(a quorum.Answer) bool { return a.Refused() }
 
-func (p *extendPolicy) settled(ctx context.Context, i int, _ answer, _ bool) func() {
+func (p *extendPolicy) Settled(ctx context.Context, i int, _ quorum.Answer, _ bool) func() {
 	return func() { p.l.repairOn(ctx, i, p.until, p.holds, p.token) }
 }

@@ -108,3 +108,11 @@ func (g *gate) drain(grace <-chan time.Time, abort func()) bool {
 	g.giveUp() // releases the context; nothing is pending
 	return inTime
 }
+
+// Enter, EnterHeld, Leave, Shutdown and Abandoned make the gate the
+// engine's quorum.Work.
+func (g *gate) Enter(n int) bool           { return g.enter(n) }
+func (g *gate) EnterHeld(n int)            { g.enterHeld(n) }
+func (g *gate) Leave(n int)                { g.leave(n) }
+func (g *gate) Shutdown() <-chan struct{}  { return g.shutdown }
+func (g *gate) Abandoned() context.Context { return g.abandon }

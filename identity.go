@@ -463,3 +463,13 @@ func sameAddr(o *redis.Options) string {
 	}
 	return fmt.Sprintf("%s:%s/%d", host, port, o.DB)
 }
+
+// nodeID is master i's quorum.Identity.
+type nodeID struct {
+	c *Client
+	i int
+}
+
+func (n nodeID) Known() (string, error, bool)              { return n.c.admitKnown(n.i) }
+func (n nodeID) Admit(ctx context.Context) (string, error) { return n.c.admit(ctx, n.i) }
+func (n nodeID) Last() string                              { return n.c.lastServer(n.i) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-redlock/redlock/internal/pipeline"
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // Lock is a lock held on a quorum of masters: one exclusive acquisition,
@@ -275,26 +276,22 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		args[3] = time.Now().UnixMicro() // the proposed token (see scripts.lua)
 	}
 	l.sendsTTL(l.ttl)
-	o := &op{
-		name:         "acquire",
-		key:          l.key,
-		script:       m.acquire,
-		undo:         m.release,
-		keys:         l.keys,
-		args:         args,
-		undoArgs:     undo,
-		markArgs:     mark,
-		policy:       &acquirePolicy{l: l, holds: holds},
-		ttl:          l.ttl,
-		sentinel:     ErrNotObtained,
-		keyTTL:       l.longestTTL(),
-		withdrawable: true,
-	}
+	o := &op{name: "acquire", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
+		Script: m.acquire,
+		Keys:   l.keys,
+		Args:   args,
+		Send:   quorum.Send{Withdraw: true},
+		Undo:   &quorum.Undo{Script: m.release, Args: undo, Mark: mark, KeyTTL: l.longestTTL()},
+		TTL:    l.ttl,
+		Policy: &acquirePolicy{l: l, holds: holds},
+	}}
 	if holds == 1 {
 		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
-		o.unsent = &l.unsent
+		o.Send.Unsent = &l.unsent
 		if m.fenced && c.fencing {
-			o.grantWithin = l.ttl / 4
+			// A token must be larger than every earlier lock's: see
+			// "Fencing tokens" in README.md.
+			o.Within = l.ttl / 4
 		}
 	}
 	res, err := c.do(ctx, o)
@@ -304,9 +301,9 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		}
 		return err
 	}
-	until := c.deadline(res.start, l.ttl)
+	until := c.deadline(res.Start, l.ttl)
 	if holds == 1 {
-		l.quick = time.Since(res.start) <= min(c.masterTimeout/4, l.ttl/8)
+		l.quick = time.Since(res.Start) <= min(c.masterTimeout/4, l.ttl/8)
 	}
 	if holds == 1 && m.fenced && c.fencing {
 		if err := l.raiseFence(ctx, res, until); err != nil {
@@ -314,7 +311,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 			_ = l.releaseRound(context.WithoutCancel(ctx), 0, nil)
 			return err
 		}
-		l.token = uint64(res.max)
+		l.token = uint64(res.Max)
 	}
 	if err := l.setUntil(until); err != nil {
 		return fmt.Errorf("%w: acquire %s: lost meanwhile: %w", ErrNotObtained, quote(l.key), err)
@@ -336,18 +333,15 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 // whose counter is at least the token, and increments it: later tokens are
 // larger. When the counters agree, the granting quorum already is such a
 // quorum, and the second round is skipped.
-func (l *Lock) raiseFence(ctx context.Context, res outcome, until time.Time) error {
-	if !res.mixed {
+func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Time) error {
+	if !res.Mixed {
 		return nil
 	}
-	if _, err := l.client.do(ctx, &op{
-		name:     "fence",
-		key:      l.key,
-		script:   fenceScript,
-		keys:     l.keys,
-		args:     l.args(l.ttl, res.max),
-		sentinel: ErrNotObtained,
-	}); err != nil {
+	if _, err := l.client.do(ctx, &op{name: "fence", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
+		Script: fenceScript,
+		Keys:   l.keys,
+		Args:   l.args(l.ttl, res.Max),
+	}}); err != nil {
 		return err
 	}
 	if !time.Now().Before(until) {
@@ -378,7 +372,7 @@ func (l *Lock) longestTTL() time.Duration { return time.Duration(l.longest.Load(
 func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
 	if holds > 1 {
 		if l.life.stage.Load() == stageReleased {
-			l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
+			l.client.engine.Spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 		}
 		return
 	}
@@ -407,7 +401,7 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown boo
 	unknown = b.unknown&bit != 0
 	b.mu.Unlock()
 	if met {
-		l.client.spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
+		l.client.engine.Spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 	}
 }
 
@@ -420,7 +414,7 @@ func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
 	if unknown {
 		args = markArgs(args)
 	}
-	l.client.cleanUp(ctx, i, cleanup{l.mode.release, l.keys, args}, l.longestTTL())
+	l.client.engine.CleanUp(ctx, i, quorum.Cleanup{Script: l.mode.release, Keys: l.keys, Args: args}, l.longestTTL())
 }
 
 // releaseRound sets the owner's holds to holds on every master. At 0 it
@@ -431,16 +425,12 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 	if holds == 0 {
 		ttl = l.longestTTL() // of the marker it may leave
 	}
-	o := &op{
-		name:     "release",
-		key:      l.key,
-		script:   l.mode.release,
-		keys:     l.keys,
-		args:     l.args(ttl, int64(holds)),
-		sentinel: ErrNotHeld,
-		keep:     true,
-		skip:     (*releaseSkip)(l),
-	}
+	o := &op{name: "release", key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
+		Script: l.mode.release,
+		Keys:   l.keys,
+		Args:   l.args(ttl, int64(holds)),
+		Send:   quorum.Send{Must: true, Skip: (*releaseSkip)(l)},
+	}}
 	var last *releasePolicy
 	if holds == 0 {
 		// Where the acquire's call timed out, it may land after this
@@ -448,21 +438,21 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		// repair, the release may find and delete the repaired lock
 		// before that acquire, or another repair, lands: then it leaves
 		// the marker wherever it deletes too.
-		o.args = markArgs(o.args)
-		if l.token > 0 && o.args[3] != "0" {
-			o.args[3] = strconv.FormatUint(l.token, 10) // the counter it leaves
+		o.Args = markArgs(o.Args)
+		if l.token > 0 && o.Args[3] != "0" {
+			o.Args[3] = strconv.FormatUint(l.token, 10) // the counter it leaves
 		}
 		if l.repaired.Load() {
-			o.args[len(o.args)-1] = "2"
+			o.Args[len(o.Args)-1] = "2"
 		}
 		last = &releasePolicy{
 			l:      l,
-			retry:  cleanup{o.script, o.keys, o.args},
+			retry:  quorum.Cleanup{Script: o.Script, Keys: o.Keys, Args: o.Args},
 			keyTTL: ttl,
-			early:  l.client.ordered && l.quick && !l.client.isContested(o.keys.Names[0]),
+			early:  l.client.ordered && l.quick && !l.client.isContested(o.Keys.Names[0]),
 			then:   queued,
 		}
-		o.policy = last
+		o.Policy = last
 	}
 	res, err := l.client.do(ctx, o)
 	if last != nil {
@@ -470,7 +460,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 			last.handOff()
 		}
 		if err == nil && l.mode != readMode { // a read release always replies 1
-			l.client.contest(o.keys.Names[0], res.max == replyWaited)
+			l.client.contest(o.Keys.Names[0], res.Max == replyWaited)
 		}
 	}
 	return err
@@ -592,21 +582,18 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	}
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
-	res, err := c.do(ctx, &op{
-		name:     name,
-		key:      l.key,
-		script:   l.mode.extend,
-		keys:     l.keys,
-		args:     l.args(ttl, int64(l.holds)),
-		ttl:      ttl,
-		sentinel: ErrNotHeld,
-		policy:   l.extendPolicy(end),
-	})
+	res, err := c.do(ctx, &op{name: name, key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
+		Script: l.mode.extend,
+		Keys:   l.keys,
+		Args:   l.args(ttl, int64(l.holds)),
+		TTL:    ttl,
+		Policy: l.extendPolicy(end),
+	}})
 	if err != nil {
 		l.loseIfRefused(err)
 		return err // its calls, which may still land, never shorten the lock
 	}
-	if err := l.setUntil(c.deadline(res.start, ttl)); err != nil {
+	if err := l.setUntil(c.deadline(res.Start, ttl)); err != nil {
 		if !errors.Is(err, ErrNotHeld) { // ErrClosed
 			return fmt.Errorf("%w: %s %s: %w", ErrNotHeld, name, quote(l.key), err)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // preparation is the setup of one master that the calls of a round must
@@ -35,7 +37,7 @@ func (c *Client) unprepared(i int) bool {
 //
 // While fewer than a quorum of masters are ready, it waits for their
 // setup, then for the others twice as long as that took (at least
-// minStragglerWait), for at most lateCallFactor*MasterTimeout in all, or
+// quorum.MinStragglerWait), for at most lateCallFactor*MasterTimeout in all, or
 // until ctx ends. Setup still under way then goes on in the background,
 // under the same bound, and Close waits for it. Where a quorum is ready
 // it waits for nothing, and starts a master's setup in the background at
@@ -94,7 +96,7 @@ func (c *Client) awaitPreparation(ctx context.Context, dones []<-chan struct{}, 
 		select {
 		case <-prepared:
 			if ready++; ready == c.quorum {
-				t := time.NewTimer(max(2*time.Since(start), minStragglerWait))
+				t := time.NewTimer(max(2*time.Since(start), quorum.MinStragglerWait))
 				defer t.Stop()
 				grace = t.C
 			}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 func newFakeClient(t *testing.T, fs []*fakeMaster, opts *Options) *Client {
@@ -28,7 +30,7 @@ func TestAcquireExtendReleaseAllAgree(t *testing.T) {
 	assert.Equal(t, "k", l.Key())
 	assert.Len(t, l.Value(), 26, "128 random bits as base32 text")
 	// Until = start + ttl - drift, with start between before and now.
-	drift := drift(time.Second, DefaultDriftFactor)
+	drift := quorum.Drift(time.Second, DefaultDriftFactor)
 	assert.False(t, l.Until().Before(before.Add(time.Second-drift)))
 	assert.False(t, l.Until().After(time.Now().Add(time.Second-drift)))
 

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/go-redlock/redlock/internal/pipeline"
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // maxMasters bounds the masters of a Client (see Lock.lateAgreement).
@@ -41,6 +42,10 @@ const maxMasters = 64
 const (
 	DefaultMasterTimeout = 50 * time.Millisecond
 )
+
+// DefaultDriftFactor is the share of a lock's TTL set aside for clock drift
+// between the client and the masters.
+const DefaultDriftFactor = 0.01
 
 // Options configure a Client. The zero value of each field selects its
 // default.
@@ -137,11 +142,7 @@ type Client struct {
 	gate      gate      // open, closing, closed; the work Close waits for
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
-	cleaners  []cleaner // one per master: cleanup retries
-
-	// The deadlines of rounds: decisions after MasterTimeout, calls after
-	// lateCallFactor times that.
-	decisionTimeouts, callTimeouts timeouts
+	engine    *quorum.Engine // runs the rounds; set by New
 }
 
 // config is a Client's Options, checked and defaulted by New.
@@ -207,10 +208,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			observer:      opts.Observer,
 			newValue:      opts.NewValue,
 		},
-		nodes:    make([]node, n),
-		epoch:    time.Now(),
-		watches:  watchSet{byChannel: map[string]*watch{}},
-		cleaners: make([]cleaner, n),
+		nodes:   make([]node, n),
+		epoch:   time.Now(),
+		watches: watchSet{byChannel: map[string]*watch{}},
 	}
 	c.gate.init()
 	if c.quorum == 0 {
@@ -228,8 +228,6 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	case c.masterTimeout > maxMasterTimeout:
 		return nil, invalidf("MasterTimeout %v: must be at most %v (multiples of it bound late calls, and would overflow)", c.masterTimeout, maxMasterTimeout)
 	}
-	c.decisionTimeouts.after = c.masterTimeout
-	c.callTimeouts.after = lateCallFactor * c.masterTimeout
 	switch {
 	case c.driftFactor == 0:
 		c.driftFactor = DefaultDriftFactor
@@ -265,6 +263,20 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe, prep: &preparation{}}
 	}
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
+	qm := make([]quorum.Master, n)
+	for i := range c.nodes {
+		qm[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe, ID: nodeID{c, i}}
+	}
+	c.engine = quorum.New(quorum.Config{
+		Quorum:        c.quorum,
+		MasterTimeout: c.masterTimeout,
+		DriftFactor:   c.driftFactor,
+		Timed:         c.observer != nil,
+		SameServer: func(first, second int, runID string) error {
+			return c.sameServer(first, second, runID)
+		},
+		Work: &c.gate,
+	}, qm)
 	return c, nil
 }
 
@@ -399,7 +411,7 @@ func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	defer c.stopTimeouts() // last: once the pipelines are closed, no round is pending
+	defer c.engine.Stop() // last: once the pipelines are closed, no round is pending
 
 	c.closeLocks()   // closing: live locks end, renewals stop
 	c.gate.close()   // closed: no call starts, pending cleanup retries at once
@@ -430,13 +442,6 @@ func (c *Client) Close() error {
 	c.abortPipes()
 	<-pipes
 	return nil
-}
-
-// stopTimeouts stops the deadline timers, which rounds that ended before
-// Close may have left armed.
-func (c *Client) stopTimeouts() {
-	c.decisionTimeouts.stop()
-	c.callTimeouts.stop()
 }
 
 // abortPipes aborts every master's pipeline (see pipeline.Abort) and waits
@@ -590,8 +595,8 @@ func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error)
 	switch {
 	case ms <= c.masterTimeout:
 		return 0, invalidf("%s %v: must be longer than MasterTimeout (%v)", name, ttl, c.masterTimeout)
-	case ms <= drift(ms, c.driftFactor):
-		return 0, invalidf("%s %v: must be longer than its drift allowance (%v)", name, ttl, drift(ms, c.driftFactor))
+	case ms <= quorum.Drift(ms, c.driftFactor):
+		return 0, invalidf("%s %v: must be longer than its drift allowance (%v)", name, ttl, quorum.Drift(ms, c.driftFactor))
 	case ms > maxTTL:
 		return 0, invalidf("%s %v: must be at most %v (auto-renewal's arithmetic would overflow)", name, ttl, maxTTL)
 	}
@@ -602,7 +607,7 @@ func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error)
 // being safe: start + ttl - drift. (The validity at the decision, ttl -
 // elapsed - drift, counts down to the same instant.)
 func (c *Client) deadline(start time.Time, ttl time.Duration) time.Time {
-	return start.Add(ttl - drift(ttl, c.driftFactor))
+	return start.Add(ttl - quorum.Drift(ttl, c.driftFactor))
 }
 
 // track registers l, which has a lost-lock signal, so that Close ends it.

@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"time"
+
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // releasePolicy is the last release's part in its round. A master that
@@ -12,29 +14,29 @@ import (
 // else once the round is decided (see Lock.release).
 type releasePolicy struct {
 	l      *Lock
-	retry  cleanup       // the release itself, sent again
-	keyTTL time.Duration // the longest a key it deletes lives: retries stop then
+	retry  quorum.Cleanup // the release itself, sent again
+	keyTTL time.Duration  // the longest a key it deletes lives: retries stop then
 	early  bool
 	then   func() // runs at the hand-off; nil for none
 }
 
-func (p *releasePolicy) queued() {
+func (p *releasePolicy) Queued() {
 	if p.early {
 		p.handOff()
 	}
 }
 
-func (p *releasePolicy) answered(ctx context.Context, i int, a answer) {
-	if a.err != nil {
-		p.l.client.retryLater(ctx, i, p.retry, p.keyTTL)
+func (p *releasePolicy) Answered(ctx context.Context, i int, a quorum.Answer) {
+	if a.Err != nil {
+		p.l.client.engine.RetryLater(ctx, i, p.retry, p.keyTTL)
 		return
 	}
-	p.l.releasedOn(ctx, i, a.applied())
+	p.l.releasedOn(ctx, i, a.Applied())
 }
 
-func (p *releasePolicy) settles(answer) bool { return false }
+func (p *releasePolicy) Settles(quorum.Answer) bool { return false }
 
-func (p *releasePolicy) settled(context.Context, int, answer, bool) func() { return nil }
+func (p *releasePolicy) Settled(context.Context, int, quorum.Answer, bool) func() { return nil }
 
 // handOff wakes this client's next waiter for the lock (see
 // Client.releasing), and runs then.

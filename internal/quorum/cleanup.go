@@ -1,7 +1,8 @@
-package redlock
+package quorum
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -10,27 +11,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// cleanup is a script that removes what this client may have left on a
+// Cleanup is a script that removes what this client may have left on a
 // master: the undo of a failed acquire, the last release, the drop of a
 // late agreement. Each one only deletes a key that holds this Lock's value
 // and nonce, or leaves a marker for this Lock's nonce that expires with its
 // TTL (see scripts.lua), so sending it again, or late, is harmless.
-type cleanup struct {
-	script *redis.Script
-	keys   pipeline.Keys
-	args   []any
+type Cleanup struct {
+	Script *redis.Script
+	Keys   pipeline.Keys
+	Args   []any
 }
 
 // Bounds of the cleanup retries of one master.
 const (
 	maxPendingCleanups = 10_000 // queued; more are dropped (their keys expire with their TTL)
-	maxErrorReplies    = 32     // error replies to one cleanup; more drop it
+	MaxErrorReplies    = 32     // error replies to one cleanup; more drop it
 	cleanupBatch       = 16     // retries run at once on a master that answers
 )
 
-// maxCleanupDelay is the longest wait after a failed retry, unless
+// MaxCleanupDelay is the longest wait after a failed retry, unless
 // MasterTimeout is longer. A variable for tests.
-var maxCleanupDelay = time.Second
+var MaxCleanupDelay = time.Second
 
 // cleaner holds the cleanups that got no answer from one master. While any
 // is pending, one goroutine (runCleaner) retries them there, oldest first:
@@ -43,7 +44,7 @@ type cleaner struct {
 }
 
 type pendingCleanup struct {
-	cleanup
+	Cleanup
 	ctx   context.Context // the caller's values, without its cancellation
 	until time.Time       // a key set before it was queued has expired by then
 	// errorReplies counts the error replies it got: one that will not
@@ -54,9 +55,9 @@ type pendingCleanup struct {
 // cleanUp runs cu on master i once, with a fresh context bounded by
 // MasterTimeout, and queues it for retries if the master gave no answer.
 // A key it removes expires at most keyTTL after now. It blocks for the try.
-func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Duration) {
-	if c.tryCleanup(ctx, i, cu, true) != nil {
-		c.retryLater(ctx, i, cu, keyTTL)
+func (e *Engine) CleanUp(ctx context.Context, i int, cu Cleanup, keyTTL time.Duration) {
+	if e.tryCleanup(ctx, i, cu, true) != nil {
+		e.RetryLater(ctx, i, cu, keyTTL)
 	}
 }
 
@@ -70,24 +71,25 @@ func (c *Client) cleanUp(ctx context.Context, i int, cu cleanup, keyTTL time.Dur
 // retry sends EVAL, as the master may have lost its scripts and answered
 // too late for the fallback. It returns nil if the script ran and replied, and otherwise
 // the error, an error reply included (a script error, or a proxy's reply).
-func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) error {
-	if err := c.gate.abandon.Err(); err != nil {
+func (e *Engine) tryCleanup(ctx context.Context, i int, cu Cleanup, first bool) error {
+	abandon := e.cfg.Work.Abandoned()
+	if err := abandon.Err(); err != nil {
 		return err
 	}
-	nd := &c.nodes[i]
-	timeout := nd.timeout
+	m := &e.masters[i]
+	timeout := e.cfg.MasterTimeout
 	if !first {
-		timeout *= lateCallFactor
+		timeout *= LateCallFactor
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	stop := context.AfterFunc(c.gate.abandon, cancel)
+	stop := context.AfterFunc(abandon, cancel)
 	defer stop()
 	if first {
-		_, err := nd.eval(ctx, cu.script, cu.keys, cu.args, true)
+		_, err := m.Pipe.Run(ctx, cu.Script, cu.Keys, cu.Args, true)
 		return err
 	}
-	return cu.script.Eval(ctx, nd.client, cu.keys.Names, cu.args...).Err()
+	return cu.Script.Eval(ctx, m.Client, cu.Keys.Names, cu.Args...).Err()
 }
 
 // retryLater queues cu for retries on master i, which gave no answer (an
@@ -95,11 +97,11 @@ func (c *Client) tryCleanup(ctx context.Context, i int, cu cleanup, first bool) 
 // at most keyTTL after now, has expired. It does not block. It must be
 // called while a count in c.gate is held (a call of a round), so that
 // Close waits for the retries too.
-func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.Duration) {
-	if c.gate.abandon.Err() != nil {
+func (e *Engine) RetryLater(ctx context.Context, i int, cu Cleanup, keyTTL time.Duration) {
+	if e.cfg.Work.Abandoned().Err() != nil {
 		return
 	}
-	cl := &c.cleaners[i]
+	cl := &e.cleaners[i]
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if len(cl.queue) >= maxPendingCleanups {
@@ -108,8 +110,8 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 	cl.queue = append(cl.queue, pendingCleanup{cu, context.WithoutCancel(ctx), time.Now().Add(keyTTL), 0})
 	if !cl.running {
 		cl.running = true
-		c.gate.enterHeld(1)
-		go c.runCleaner(i)
+		e.cfg.Work.EnterHeld(1)
+		go e.runCleaner(i)
 	}
 }
 
@@ -120,13 +122,14 @@ func (c *Client) retryLater(ctx context.Context, i int, cu cleanup, keyTTL time.
 // back and waits, from MasterTimeout on, doubling up to maxCleanupDelay,
 // with jitter, then tries one again. A cleanup is dropped once its key
 // would have expired, however many tries that takes, or after
-// maxErrorReplies error replies. Once Close has started it
+// MaxErrorReplies error replies. Once Close has started it
 // stops waiting once; when Close gives up, it drops the queue and returns.
-func (c *Client) runCleaner(i int) {
-	defer c.gate.leave(1)
-	cl := &c.cleaners[i]
-	delay, maxDelay := c.masterTimeout, max(c.masterTimeout, maxCleanupDelay)
-	closing := c.gate.shutdown
+func (e *Engine) runCleaner(i int) {
+	w := e.cfg.Work
+	defer w.Leave(1)
+	cl := &e.cleaners[i]
+	delay, maxDelay := e.cfg.MasterTimeout, max(e.cfg.MasterTimeout, MaxCleanupDelay)
+	closing, abandon := w.Shutdown(), w.Abandoned()
 	errs := make([]error, cleanupBatch)
 	for n := 1; ; { // the cleanup that started it has just failed
 		if n == 1 {
@@ -136,7 +139,7 @@ func (c *Client) runCleaner(i int) {
 			case <-closing:
 				t.Stop()
 				closing = nil
-			case <-c.gate.abandon.Done():
+			case <-abandon.Done():
 				t.Stop()
 				cl.clear()
 				return
@@ -149,7 +152,7 @@ func (c *Client) runCleaner(i int) {
 		}
 		var wg sync.WaitGroup
 		for j := range batch {
-			wg.Go(func() { errs[j] = c.tryCleanup(batch[j].ctx, i, batch[j].cleanup, false) })
+			wg.Go(func() { errs[j] = e.tryCleanup(batch[j].ctx, i, batch[j].Cleanup, false) })
 		}
 		wg.Wait()
 		n = cleanupBatch
@@ -161,12 +164,12 @@ func (c *Client) runCleaner(i int) {
 			if isReply(errs[j]) {
 				p.errorReplies++
 			}
-			if p.errorReplies < maxErrorReplies {
+			if p.errorReplies < MaxErrorReplies {
 				cl.push(p)
 			}
 		}
 		if n > 1 {
-			delay = c.masterTimeout
+			delay = e.cfg.MasterTimeout
 		}
 	}
 }
@@ -203,4 +206,18 @@ func (cl *cleaner) clear() {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.queue, cl.running = nil, false
+}
+
+// isReply reports whether err is an error reply of the server.
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
+}
+
+// Retrying reports whether cleanups are queued for retries on master i.
+func (e *Engine) Retrying(i int) bool {
+	cl := &e.cleaners[i]
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.running
 }

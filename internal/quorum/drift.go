@@ -1,10 +1,6 @@
-package redlock
+package quorum
 
 import "time"
-
-// DefaultDriftFactor is the share of a lock's TTL set aside for clock drift
-// between the client and the masters.
-const DefaultDriftFactor = 0.01
 
 // minDrift is added to every drift allowance: 1ms for the precision of Redis
 // expiry plus 1ms of minimum drift. It dominates for short TTLs.
@@ -12,7 +8,7 @@ const minDrift = 2 * time.Millisecond
 
 // Drift returns the clock-drift allowance for a lock of the given TTL:
 // ttl*factor + minDrift, the factor part rounded up to the nanosecond.
-func drift(ttl time.Duration, factor float64) time.Duration {
+func Drift(ttl time.Duration, factor float64) time.Duration {
 	d := float64(ttl) * factor
 	part := time.Duration(d)
 	if float64(part) < d {
@@ -28,6 +24,6 @@ func drift(ttl time.Duration, factor float64) time.Duration {
 //	ttl - elapsed - (ttl*factor + minDrift)
 //
 // The lock counts as obtained only when the result is positive.
-func validity(ttl, elapsed time.Duration, factor float64) time.Duration {
-	return ttl - elapsed - drift(ttl, factor)
+func Validity(ttl, elapsed time.Duration, factor float64) time.Duration {
+	return ttl - elapsed - Drift(ttl, factor)
 }

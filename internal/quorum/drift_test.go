@@ -1,4 +1,4 @@
-package redlock
+package quorum
 
 import (
 	"testing"
@@ -20,7 +20,7 @@ func TestDrift(t *testing.T) {
 		{time.Millisecond, 0, 2 * time.Millisecond},
 		{3 * time.Nanosecond, 0.5, 2*time.Millisecond + 2}, // factor part rounds up
 	} {
-		assert.Equal(t, tc.want, drift(tc.ttl, tc.factor), "drift(%v, %v)", tc.ttl, tc.factor)
+		assert.Equal(t, tc.want, Drift(tc.ttl, tc.factor), "Drift(%v, %v)", tc.ttl, tc.factor)
 	}
 }
 
@@ -36,6 +36,6 @@ func TestValidity(t *testing.T) {
 		{5 * time.Millisecond, 3 * time.Millisecond, -50 * time.Microsecond},    // without +2ms it would look held
 		{100 * time.Millisecond, 100 * time.Millisecond, -3 * time.Millisecond}, // elapsed ate the TTL
 	} {
-		assert.Equal(t, tc.want, validity(tc.ttl, tc.elapsed, DefaultDriftFactor), "validity(%v, %v)", tc.ttl, tc.elapsed)
+		assert.Equal(t, tc.want, Validity(tc.ttl, tc.elapsed, 0.01), "Validity(%v, %v)", tc.ttl, tc.elapsed)
 	}
 }

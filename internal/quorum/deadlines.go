@@ -1,4 +1,4 @@
-package redlock
+package quorum
 
 import (
 	"context"
@@ -90,6 +90,15 @@ func (t *timeouts) stop() {
 		clear(t.queue)
 		t.queue, t.first = t.queue[:0], 0
 	}
+}
+
+// quiet reports whether no entry is queued and the timer is not armed.
+// It stops an armed timer to tell: call it only once t is stopped.
+func (t *timeouts) quiet() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	armed := t.timer != nil && t.timer.Stop()
+	return len(t.queue) == t.first && !armed
 }
 
 // arm sets the timer to fire in d. t.mu must be held.

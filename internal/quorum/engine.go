@@ -1,0 +1,159 @@
+// Package quorum runs Redlock's rounds: one script sent to every master
+// at once, decided as soon as a quorum has agreed or can no longer agree,
+// within the master timeout. It knows masters, rounds and the decision;
+// what an operation does around them is its Spec's Policy.
+package quorum
+
+import (
+	"context"
+	"errors"
+	"runtime/pprof"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
+)
+
+// LateCallFactor times the master timeout bounds a call that its round
+// was decided without.
+const LateCallFactor = 4
+
+// ErrClosed is what Do returns once the Work is closed.
+var ErrClosed = errors.New("quorum: closed")
+
+// Config sets an Engine up.
+type Config struct {
+	Quorum        int           // how many masters must agree
+	MasterTimeout time.Duration // the latest a round is decided
+	DriftFactor   float64       // see Drift
+	// Timed measures each master's latency (Outcome.Master).
+	Timed bool
+	// SameServer is the verdict on master second, whose server counted
+	// already in the round through master first.
+	SameServer func(first, second int, server string) error
+	Work       Work
+}
+
+// Master is one master as the engine sees it.
+type Master struct {
+	Client redis.Scripter // for cleanup retries, sent without the pipeline
+	Pipe   *pipeline.Pipeline
+	ID     Identity
+}
+
+// Identity tells which server a master reaches, so that a replica does
+// not count and one server counts once.
+type Identity interface {
+	// Known returns the server without asking it; ok is false where
+	// Admit would ask.
+	Known() (server string, verdict error, ok bool)
+	// Admit returns the server ("" if unknown) and why its agreement
+	// must not count, if it must not. It blocks while it asks.
+	Admit(ctx context.Context) (server string, verdict error)
+	// Last returns the server last identified, or "".
+	Last() string
+}
+
+// Work counts the calls that closing waits for.
+type Work interface {
+	// Enter counts n calls, unless closed: then it reports false.
+	Enter(n int) bool
+	// EnterHeld counts n more calls; the caller holds a count already.
+	EnterHeld(n int)
+	// Leave ends n counted calls.
+	Leave(n int)
+	// Shutdown is closed once closed: pending retries go at once.
+	Shutdown() <-chan struct{}
+	// Abandoned ends when closing stops waiting: pending work is dropped.
+	Abandoned() context.Context
+}
+
+// Engine runs the rounds of one set of masters. It is safe for
+// concurrent use.
+type Engine struct {
+	cfg      Config   // set by New, then never changed
+	masters  []Master // set by New, then never changed
+	cleaners []cleaner
+
+	// The deadlines of rounds: decisions after MasterTimeout, calls
+	// after LateCallFactor times that.
+	decisions, calls timeouts
+}
+
+// New returns an Engine for masters.
+func New(cfg Config, masters []Master) *Engine {
+	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters))}
+	e.decisions.after = cfg.MasterTimeout
+	e.calls.after = LateCallFactor * cfg.MasterTimeout
+	return e
+}
+
+// Stop stops the deadline timers that ended rounds left armed, so that
+// nothing fires once the pipelines are closed.
+func (e *Engine) Stop() {
+	e.decisions.stop()
+	e.calls.stop()
+}
+
+// Quiet reports whether no deadline is queued and no timer armed. It
+// stops an armed timer to tell: call it only after Stop.
+func (e *Engine) Quiet() bool { return e.decisions.quiet() && e.calls.quiet() }
+
+// Spawn runs f on a goroutine of its own, under ctx's pprof labels, that
+// closing waits for. The caller must hold a count of the Work: a call of
+// a round, say.
+func (e *Engine) Spawn(ctx context.Context, f func()) {
+	w := e.cfg.Work
+	w.EnterHeld(1)
+	go func() {
+		defer w.Leave(1)
+		pprof.SetGoroutineLabels(ctx)
+		f()
+	}()
+}
+
+// Outcome is what a round decided.
+type Outcome struct {
+	Start    time.Time     // when the round started
+	Elapsed  time.Duration // until the decision
+	Max      int64         // the largest reply among the agreements counted
+	Mixed    bool          // those replies were not all equal
+	OK       bool          // a quorum agreed, in time, with validity left
+	Expired  bool          // a quorum agreed too late, or with no validity left
+	Late     bool          // a quorum agreed after Spec.Within
+	TimedOut bool          // the deadline decided before every master answered
+	r        *round
+}
+
+// Result is one master's part in a round as the decision saw it.
+type Result struct {
+	Heard   bool  // its answer was read, by the decision or the wait for undos
+	Agreed  bool  // it agreed, and counted
+	Late    bool  // it agreed after the decision: it did not count
+	Val     int64 // its reply
+	Err     error // why it gave no answer, or does not count
+	Latency time.Duration
+}
+
+// Masters returns how many masters took part.
+func (o Outcome) Masters() int {
+	if o.r == nil {
+		return 0
+	}
+	return len(o.r.slots)
+}
+
+// Master returns master i's part. Only answers read by the decision are
+// told: the others may still be written.
+func (o Outcome) Master(i int) Result {
+	s := &o.r.slots[i]
+	if !s.read {
+		return Result{}
+	}
+	res := Result{Heard: true, Agreed: s.agreed(), Val: s.Val, Err: s.failure(), Latency: s.latency}
+	if res.Agreed && s.late {
+		res.Agreed, res.Late = false, true
+	}
+	return res
+}

@@ -1,0 +1,428 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
+)
+
+// round is the shared state of one Spec's fan-out. The decider (Do) and
+// the masters' pipelines, which answer each call through its slot,
+// communicate through it:
+//   - a call's answer is written to its slot, then counted (tally),
+//     unless the count has closed; the answer that settles the count, or
+//     the round's deadline (expire), whichever comes first, signals ready;
+//   - the decider waits for ready or its context, closes the count, sets
+//     failed, then decides;
+//   - after that, each call that needs it settles: if the round failed it
+//     tries once to undo its call, sends its index on finished, and goes
+//     on retrying the undo in the background if that try got no answer.
+//
+// No goroutine waits for a call, and the decider wakes once: the
+// pipelines answer the calls, and only the work that may block
+// (identifying a server, undoing, what a policy returns) gets a goroutine
+// of its own.
+type round struct {
+	e        *Engine
+	spec     *Spec
+	policy   Policy       // spec.Policy, or NoHooks
+	ctx      *callContext // of the calls and what follows them
+	slots    []slot
+	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
+	group    pipeline.Group // its withdrawable calls
+	start    time.Time      // set with Config.Timed only
+	failed   bool           // set by the decider before decide
+	finished chan int       // masters done with their undo; set for a failed round with Undo
+	running  atomic.Int32   // calls not done with: answered, settled, goroutines ended
+
+	mu      sync.Mutex // guards the count below
+	agreed  int        // agreements counted
+	refused int        // other answers counted
+	max     int64      // the largest reply among the agreements counted
+	mixed   bool       // those replies were not all equal
+	closed  bool       // the count is closed: later answers are late
+	decided bool       // the decider has set failed
+	waiting uint64     // masters that answered before the decision, to settle after it
+}
+
+// slot is one master's part of a round, and the pipeline.Completion of
+// its call. Complete writes its answer once; the decider reads it after
+// the count saw it (read).
+type slot struct {
+	r *round
+	i int
+	Answer
+	server string // the master's server, "" if unknown
+	// verdict is why an agreement does not count: a replica, a server
+	// that could not be identified, or one that counted already.
+	verdict error
+	read    bool          // the decider saw this reply before deciding, or awaitUndo after
+	late    bool          // read by awaitUndo: it did not count toward the decision
+	latency time.Duration // from the round's start to the reply; with Config.Timed only
+}
+
+// agreed reports whether the agreement counts toward the quorum.
+func (s *slot) agreed() bool { return s.Applied() && s.verdict == nil }
+
+// failure returns what kept the master from answering, or from counting.
+func (s *slot) failure() error {
+	if s.verdict != nil {
+		return s.verdict
+	}
+	return s.Err
+}
+
+// MinStragglerWait is the least a failed round waits for the masters that
+// have not answered (see awaitUndo): a round decided in microseconds still
+// gives them time to be scheduled.
+const MinStragglerWait = 250 * time.Microsecond
+
+// Do runs spec on every master in parallel and decides as soon as a
+// quorum has agreed or can no longer agree: at the latest MasterTimeout
+// after the round starts, or when ctx ends. Calls still running then go
+// on in the background, each bounded by LateCallFactor*MasterTimeout and
+// never cut off by ctx, so that a release still reaches slow masters.
+//
+// If the round fails, spec.Undo runs where the script may have applied.
+// Do returns once the masters whose agreement it saw have tried the undo
+// once, and the masters that have not answered had a short grace (see
+// awaitUndo); slower masters undo in the background.
+//
+// It returns ErrClosed, sending nothing, once the Work is closed; else
+// the Outcome, which is OK if the round succeeded.
+func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
+	n := len(e.masters)
+	if !e.cfg.Work.Enter(n) { // closing waits for the round's calls
+		return Outcome{}, ErrClosed
+	}
+	r := &round{e: e, spec: spec, policy: spec.Policy, slots: make([]slot, n), ready: make(chan struct{}, 1)}
+	if r.policy == nil {
+		r.policy = NoHooks{}
+	}
+	res := Outcome{r: r}
+	if ctx.Err() != nil && !spec.Send.Must {
+		e.cfg.Work.Leave(n)
+		return res, nil // nothing sent
+	}
+	res.Start = time.Now()
+	if e.cfg.Timed {
+		r.start = res.Start
+	}
+	// Calls may finish after the decision, so they get longer than it,
+	// and the caller's cancellation ends only the decision. A call cut
+	// off mid-reply costs the pool its connection. An undo sent on
+	// another connection before the call was answered could overtake it.
+	// Closing need not cancel them: each sent ends within its bound.
+	r.ctx = newCallContext(ctx, &e.calls)
+	_, decision := e.decisions.add(r) // wakes the decider at the deadline
+	r.running.Store(int32(n))
+	for i := range e.masters {
+		r.send(i)
+	}
+	r.policy.Queued()
+
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+	}
+	e.decisions.cancel(decision)
+	// What was counted by now decides; the rest missed the deadline.
+	r.mu.Lock()
+	r.closed = true
+	agreed := r.agreed
+	res.TimedOut = r.undecidedLocked()
+	res.Max, res.Mixed = r.max, r.mixed
+	r.mu.Unlock()
+	res.Elapsed = time.Since(res.Start)
+
+	ok := agreed >= e.cfg.Quorum
+	res.Late = ok && spec.Within > 0 && res.Elapsed > spec.Within
+	res.Expired = res.Late || ok && spec.TTL > 0 && Validity(spec.TTL, res.Elapsed, e.cfg.DriftFactor) <= 0
+	if spec.Send.Withdraw {
+		r.withdraw(res.Elapsed)
+	}
+	if ok && !res.Expired {
+		res.OK = true
+		r.decide()
+		return res, nil
+	}
+	r.failed = true
+	if spec.Undo != nil {
+		r.finished = make(chan int, n) // written by settle
+	}
+	r.decide()
+	if r.finished != nil {
+		var grace <-chan time.Time
+		if ctx.Err() == nil && !res.TimedOut {
+			wait := e.cfg.MasterTimeout - res.Elapsed
+			if r.heardReply() {
+				wait = min(max(2*res.Elapsed, MinStragglerWait), wait)
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			grace = t.C
+		}
+		r.awaitUndo(grace)
+	}
+	return res, nil
+}
+
+// expire wakes the decider at the round's deadline: what was counted by
+// then decides.
+func (r *round) expire() {
+	r.mu.Lock()
+	r.signalLocked()
+	r.mu.Unlock()
+}
+
+// signalLocked wakes the decider; ready holds one signal, the first.
+func (r *round) signalLocked() {
+	select {
+	case r.ready <- struct{}{}:
+	default:
+	}
+}
+
+// withdraw takes back the round's calls still queued to masters that are
+// behind, or about to be: busy with earlier calls for twice as long as
+// the round took to be decided, and at least a twentieth of
+// MasterTimeout, so that a healthy master's jitter withdraws nothing.
+// Their answers would come after the decision, and would cost the master
+// and the client at the moment it is slowest.
+func (r *round) withdraw(elapsed time.Duration) {
+	behind := max(2*elapsed, r.e.cfg.MasterTimeout/20)
+	for i := range r.slots {
+		if !r.slots[i].read {
+			r.e.masters[i].Pipe.Withdraw(&r.group, behind)
+		}
+	}
+}
+
+// awaitUndo waits until every master whose agreement the decider saw has
+// made its first try to undo it (bounded by MasterTimeout): their keys
+// surely exist, and the caller's next attempt must not find them. It
+// also waits for the masters that have not answered, and their undo,
+// until grace fires: most answer about as fast as the others did, and a
+// late agreement not yet undone would make the next attempts fail in
+// turn. A nil grace waits for none of them. It marks each master it
+// hears from as read.
+func (r *round) awaitUndo(grace <-chan time.Time) {
+	known := 0
+	for i := range r.slots {
+		if r.slots[i].read && r.slots[i].agreed() {
+			known++
+		}
+	}
+	for left := len(r.slots); left > 0 && (known > 0 || grace != nil); {
+		select {
+		case i := <-r.finished:
+			left--
+			s := &r.slots[i]
+			if s.read && s.agreed() {
+				known--
+			}
+			s.late = !s.read
+			s.read = true
+		case <-grace:
+			grace = nil
+		}
+	}
+}
+
+// heardReply reports whether the decider saw a master reply (agree or
+// refuse), not fail.
+func (r *round) heardReply() bool {
+	for i := range r.slots {
+		if s := &r.slots[i]; s.read && s.failure() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// send sends the round's call to master i. Its pipeline answers it
+// through its slot (Complete), maybe before send returns.
+func (r *round) send(i int) {
+	sp, s := r.spec, &r.slots[i]
+	s.r, s.i = r, i
+	opts := pipeline.Options{Index: i}
+	switch {
+	case sp.Send.Must:
+		opts.MustSend, opts.Skip = true, sp.Send.Skip
+	case sp.Send.Withdraw:
+		opts.Group, opts.Unsent = &r.group, sp.Send.Unsent
+	}
+	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
+}
+
+// Complete takes the master's answer to the slot's call. It runs on the
+// master's pipeline, or where the call was answered unsent, so it does
+// not block: a server it must identify by asking gets a goroutine.
+func (s *slot) Complete(v int64, err error) {
+	r, i := s.r, s.i
+	sp := r.spec
+	s.Val, s.Err = v, err
+	if u := sp.Send.Unsent; u != nil && errors.Is(err, pipeline.ErrNotSent) {
+		u.Or(1 << i)
+	}
+	if !r.start.IsZero() {
+		s.latency = time.Since(r.start)
+	}
+	id := r.e.masters[i].ID
+	switch {
+	case !s.Applied() || id == nil:
+	case sp.Send.Must:
+		// Such agreements only tell what is reported, and are not held
+		// up to identify the server: the identity last learned, if any,
+		// keeps one server from counting twice.
+		s.server = id.Last()
+	default:
+		// A replica does not count toward a quorum; nor does a server
+		// that counted already in this round (see tallyLocked).
+		var known bool
+		if s.server, s.verdict, known = id.Known(); !known {
+			go func() {
+				pprof.SetGoroutineLabels(r.ctx)
+				s.server, s.verdict = id.Admit(r.ctx)
+				r.answered(i)
+			}()
+			return
+		}
+	}
+	r.answered(i)
+}
+
+// answered counts master i's answer, unless the count has closed, runs
+// the policy's Answered, and settles the call now if the round was
+// decided, else once it is (see decide).
+func (r *round) answered(i int) {
+	s := &r.slots[i]
+	settles := r.spec.Undo != nil || r.policy.Settles(s.Answer)
+	r.mu.Lock()
+	if !r.closed {
+		r.tallyLocked(i)
+		if !r.undecidedLocked() {
+			r.signalLocked()
+		}
+	}
+	settleNow := settles && r.decided
+	if settles && !r.decided {
+		r.waiting |= 1 << i
+	}
+	r.mu.Unlock()
+	r.policy.Answered(r.ctx, i, s.Answer)
+	switch {
+	case settleNow:
+		r.settle(i)
+	case !settles:
+		r.callDone()
+	}
+}
+
+// tallyLocked counts master i's answer toward the decision. r.mu must be
+// held, and the count open.
+func (r *round) tallyLocked(i int) {
+	s := &r.slots[i]
+	s.read = true
+	if s.agreed() && s.server != "" {
+		// One server counts once: the first of its masters to agree. A
+		// master that refused does not stand for its server, which may
+		// hold the lock in another database.
+		for j := range r.slots {
+			if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
+				s.verdict = r.e.cfg.SameServer(j, i, s.server)
+				break
+			}
+		}
+	}
+	if !s.agreed() {
+		r.refused++
+		return
+	}
+	if r.agreed > 0 && s.Val != r.max {
+		r.mixed = true
+	}
+	r.max = max(r.max, s.Val)
+	r.agreed++
+}
+
+// undecidedLocked reports whether the answers counted decide nothing yet:
+// too few agreed, and enough may still. r.mu must be held.
+func (r *round) undecidedLocked() bool {
+	q := r.e.cfg.Quorum
+	return r.agreed < q && len(r.slots)-r.refused >= q
+}
+
+// decide ends the round's decision: failed is set. It settles the calls
+// answered before it.
+func (r *round) decide() {
+	r.mu.Lock()
+	r.decided = true
+	waiting := r.waiting
+	r.mu.Unlock()
+	for ; waiting != 0; waiting &= waiting - 1 {
+		r.settle(bits.TrailingZeros64(waiting))
+	}
+}
+
+// settle does what follows the decision on master i. After a success it
+// runs the policy's Settled where Settles chose it. After a failure it
+// undoes the call where it may have applied, and retries the undo in the
+// background until the master answers. What may block runs on a
+// goroutine of its own.
+func (r *round) settle(i int) {
+	u, s := r.spec.Undo, &r.slots[i]
+	switch {
+	case !r.failed:
+		if !r.policy.Settles(s.Answer) {
+			break
+		}
+		if work := r.policy.Settled(r.ctx, i, s.Answer, s.read); work != nil {
+			r.background(work)
+			return
+		}
+	case u == nil:
+	case !s.MayHaveApplied():
+		r.finished <- i
+	default:
+		r.background(func() {
+			cu := Cleanup{u.Script, r.spec.Keys, u.Args}
+			if s.Unknown() {
+				cu.Args = u.Mark
+			}
+			err := r.e.tryCleanup(r.ctx, i, cu, true)
+			r.finished <- i
+			if err != nil {
+				r.e.RetryLater(r.ctx, i, cu, u.KeyTTL)
+			}
+		})
+		return
+	}
+	r.callDone()
+}
+
+// background runs f, then callDone, on a goroutine of its own under the
+// round's pprof labels: a call of the round that goes on after its
+// answer.
+func (r *round) background(f func()) {
+	go func() {
+		pprof.SetGoroutineLabels(r.ctx)
+		f()
+		r.callDone()
+	}()
+}
+
+// callDone ends a call of the round: the last one ends the calls'
+// context.
+func (r *round) callDone() {
+	if r.running.Add(-1) == 0 {
+		r.ctx.end()
+	}
+	r.e.cfg.Work.Leave(1)
+}
