@@ -209,22 +209,6 @@ func (l *Lock) setUntil(t time.Time) error {
 	return nil
 }
 
-// args returns the script arguments (see scripts.lua).
-func (l *Lock) args(ttl time.Duration, holds int64) []any {
-	var fence any = "0" // boxed without allocating, as a constant
-	if l.mode.fenced && l.client.fencing {
-		fence = "1"
-	}
-	b := &l.boxed
-	ms := b.ttlMs
-	if ttl != b.ttl {
-		ms = ttl.Milliseconds()
-	}
-	args := make([]any, 6, 7) // room for markArgs
-	args[0], args[1], args[2], args[3], args[4], args[5] = b.value, ms, holds, fence, b.writeWait, b.nonce
-	return args
-}
-
 // box sets l.boxed; l must not be in use yet.
 func (l *Lock) box() {
 	b := &l.boxed
@@ -248,15 +232,6 @@ func (l *Lock) markerTTL() time.Duration {
 	return l.writeWait // whole centuries: the sum overflows
 }
 
-// markArgs returns args with the flag that makes a release leave a marker
-// where it finds nothing of this Lock, so that the acquire it undoes is
-// refused if it lands later (see scripts.lua). It may share args' array,
-// whose elements it leaves as they are: args must not be appended to
-// again.
-func markArgs(args []any) []any {
-	return append(args, "1")
-}
-
 // take runs the acquire round for the given number of holds: 1 for a new
 // lock, one more than now to re-enter. l.mu must be held.
 func (l *Lock) take(ctx context.Context, holds int) error {
@@ -267,14 +242,15 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		// proposed token is read, so that setup does not make it stale.
 		c.prepare(ctx)
 	}
-	undo, mark := l.args(l.ttl, int64(holds-1)), []any(nil)
+	undo, mark := l.args(argv{ttl: l.ttl, holds: int64(holds - 1)}), []any(nil)
 	if mark = undo; holds == 1 { // a re-entry undone keeps the lock
-		mark = markArgs(undo)
+		mark = withMark(undo, markMissing)
 	}
-	args := l.args(l.ttl, int64(holds))
+	a := argv{ttl: l.ttl, holds: int64(holds)}
 	if holds == 1 && m.fenced && c.fencing {
-		args[3] = time.Now().UnixMicro() // the proposed token (see scripts.lua)
+		a.fence = time.Now().UnixMicro() // the proposed token (see scripts.lua)
 	}
+	args := l.args(a)
 	l.sendsTTL(l.ttl)
 	o := &op{name: "acquire", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
 		Script: m.acquire,
@@ -340,7 +316,7 @@ func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Ti
 	if _, err := l.client.do(ctx, &op{name: "fence", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
 		Script: fenceScript,
 		Keys:   l.keys,
-		Args:   l.args(l.ttl, res.Max),
+		Args:   l.args(argv{ttl: l.ttl, holds: res.Max}),
 	}}); err != nil {
 		return err
 	}
@@ -410,10 +386,11 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown boo
 // outcome there is unknown, it leaves a marker if it finds nothing. It
 // blocks meanwhile.
 func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
-	args := l.args(l.longestTTL(), 0)
+	a := argv{ttl: l.longestTTL()}
 	if unknown {
-		args = markArgs(args)
+		a.last = markMissing
 	}
+	args := l.args(a)
 	l.client.engine.CleanUp(ctx, i, quorum.Cleanup{Script: l.mode.release, Keys: l.keys, Args: args}, l.longestTTL())
 }
 
@@ -425,26 +402,29 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 	if holds == 0 {
 		ttl = l.longestTTL() // of the marker it may leave
 	}
-	o := &op{name: "release", key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
-		Script: l.mode.release,
-		Keys:   l.keys,
-		Args:   l.args(ttl, int64(holds)),
-		Send:   quorum.Send{Must: true, Skip: (*releaseSkip)(l)},
-	}}
-	var last *releasePolicy
+	a := argv{ttl: ttl, holds: int64(holds)}
 	if holds == 0 {
 		// Where the acquire's call timed out, it may land after this
 		// release, which then leaves a marker that refuses it. After a
 		// repair, the release may find and delete the repaired lock
 		// before that acquire, or another repair, lands: then it leaves
 		// the marker wherever it deletes too.
-		o.Args = markArgs(o.Args)
-		if l.token > 0 && o.Args[3] != "0" {
-			o.Args[3] = strconv.FormatUint(l.token, 10) // the counter it leaves
-		}
+		a.last = markMissing
 		if l.repaired.Load() {
-			o.Args[len(o.Args)-1] = "2"
+			a.last = markAlways
 		}
+		if l.token > 0 && l.mode.fenced && l.client.fencing {
+			a.fence = strconv.FormatUint(l.token, 10) // the counter it leaves
+		}
+	}
+	o := &op{name: "release", key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
+		Script: l.mode.release,
+		Keys:   l.keys,
+		Args:   l.args(a),
+		Send:   quorum.Send{Must: true, Skip: (*releaseSkip)(l)},
+	}}
+	var last *releasePolicy
+	if holds == 0 {
 		last = &releasePolicy{
 			l:      l,
 			retry:  quorum.Cleanup{Script: o.Script, Keys: o.Keys, Args: o.Args},
@@ -585,7 +565,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	res, err := c.do(ctx, &op{name: name, key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
 		Script: l.mode.extend,
 		Keys:   l.keys,
-		Args:   l.args(ttl, int64(l.holds)),
+		Args:   l.args(argv{ttl: ttl, holds: int64(l.holds)}),
 		TTL:    ttl,
 		Policy: l.extendPolicy(end),
 	}})
@@ -645,7 +625,7 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 	if ttl <= 0 || l.life.ended() {
 		return
 	}
-	args := append(l.args(ttl, holds), strconv.FormatUint(token, 10))
+	args := l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
 	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
 }
 
