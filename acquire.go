@@ -2,9 +2,320 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"time"
 
+	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/go-redlock/redlock/internal/quorum"
 )
+
+// Acquire tries once to take the exclusive lock on key for ttl, under a
+// fresh random value. It returns a *Lock if a quorum of masters granted it
+// with validity left. Otherwise it releases whatever it took, on every
+// master that may have set the lock, with fresh contexts (never ctx, which
+// may have ended), retried in the background until each master answers or
+// the key would have expired anyway; it returns an error wrapping
+// ErrNotObtained, and a *QuorumError tells each master's part.
+//
+// Acquire blocks until the quorum is decided, at most MasterTimeout after
+// the round starts. Before it, while fewer than a quorum of masters are
+// set up (a fresh client's first acquire: see Options.MasterTimeout), it
+// waits for their setup, then for the others
+// twice as long as that took, for at most 4*MasterTimeout. A
+// failed attempt also waits for one try, bounded by MasterTimeout, to
+// release the masters it saw agree, and briefly (twice as long as the
+// decision took, if a master replied by then) for the masters that have
+// not answered: a master slower than that is released in the background.
+// With fencing, one more round runs when the masters' counters differ.
+// Cancelling ctx ends the attempt early; the error then also matches
+// ctx.Err(). ttl is used in whole milliseconds and
+// must be longer than MasterTimeout and than its own drift allowance.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	value, err := c.value()
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, exclusiveMode, key, value, value, ttl, 0)
+}
+
+// AcquireAs is Acquire with a reentrant lock held by owner: while owner
+// holds it, Lock.Reenter adds holds and the last Lock.Release frees it.
+// owner must be unique to its holder and unguessable (see NewOwner). Each
+// Lock is its own acquisition: while one Lock of owner holds the lock,
+// another AcquireAs by owner is refused like any other (re-enter with
+// Lock.Reenter, or use mutex.Reentrant, which does).
+func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquireOwned(ctx, exclusiveMode, key, owner, ttl, 0)
+}
+
+// AcquireWrite takes the write side of the read-write lock named key for
+// owner: granted when no other owner holds it for writing and no reader
+// holds it. It fails with an error matching ErrUpgrade if owner holds a
+// read lock on key. Blocking and errors are those of Acquire. A writer
+// that waits for readers should use rwmutex.RWMutex.Lock, which keeps new
+// readers out meanwhile.
+func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquireOwned(ctx, writeMode, key, owner, ttl, 0)
+}
+
+// AcquireRead takes the read side of the read-write lock named key for
+// owner: granted unless another owner holds it for writing or a writer
+// waits (an owner that already reads may re-enter). Readers share the
+// lock, and each one's hold expires on its own. An owner holding the write
+// lock may also take the read lock, then release the write lock: a
+// downgrade. Read locks carry no fencing token. Blocking and errors are
+// those of Acquire.
+func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
+	return c.acquireOwned(ctx, readMode, key, owner, ttl, 0)
+}
+
+// acquireOwned acquires for owner under a fresh nonce. A write lock with
+// writeWait > 0 leaves the write-wait marker for that long where readers
+// hold it (see scripts.lua).
+func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, ttl, writeWait time.Duration) (*Lock, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	nonce, err := c.value()
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, m, key, owner, nonce, ttl, writeWait)
+}
+
+// value returns a new value from NewValue: the Acquire's owner, and every
+// Lock's nonce. A nonce names the Lock's undo marker, K:gone:nonce (see
+// scripts.lua), which must never be another lock's key: the last '}' of a
+// key tells its name from its suffix (see lockKey), so a value must hold
+// no '}'. It must not be empty either: an empty nonce would be every
+// Lock's.
+func (c *Client) value() (string, error) {
+	v, err := c.newValue()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("redlock: new value: %w", err)
+	case v == "":
+		return "", invalidf("NewValue returned an empty value")
+	case strings.Contains(v, "}"):
+		return "", invalidf("NewValue returned %s: a value must not hold '}'", quote(v))
+	}
+	return v, nil
+}
+
+func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl, writeWait time.Duration) (*Lock, error) {
+	if err := checkContext(ctx, "acquire"); err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return nil, invalidf("empty key")
+	}
+	if owner == "" {
+		return nil, invalidf("empty owner")
+	}
+	ttl, err := c.checkTTL("TTL", ttl)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: writeWait}, ttl: ttl}
+	l.box()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	returned := false
+	defer func() {
+		if !returned { // a panic (an Observer's, say): nobody would release it
+			l.releaseAfterPanic(ctx)
+		}
+	}()
+	err = l.take(ctx, 1)
+	returned = true
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// take runs the acquire round for the given number of holds: 1 for a new
+// lock, one more than now to re-enter. l.mu must be held.
+func (l *Lock) take(ctx context.Context, holds int) error {
+	c, m := l.client, l.mode
+	if holds == 1 {
+		// A new lock's round, and its validity, start once the masters
+		// are set up: setup must not spend its MasterTimeout. Before the
+		// proposed token is read, so that setup does not make it stale.
+		c.prepare(ctx)
+	}
+	undo, mark := l.args(argv{ttl: l.ttl, holds: int64(holds - 1)}), []any(nil)
+	if mark = undo; holds == 1 { // a re-entry undone keeps the lock
+		mark = withMark(undo, markMissing)
+	}
+	a := argv{ttl: l.ttl, holds: int64(holds)}
+	if holds == 1 && m.fenced && c.fencing {
+		a.fence = time.Now().UnixMicro() // the proposed token (see scripts.lua)
+	}
+	args := l.args(a)
+	l.sendsTTL(l.ttl)
+	o := &op{name: "acquire", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
+		Script: m.acquire,
+		Keys:   l.keys,
+		Args:   args,
+		Send:   quorum.Send{Withdraw: true},
+		Undo:   &quorum.Undo{Script: m.release, Args: undo, Mark: mark, KeyTTL: l.longestTTL()},
+		TTL:    l.ttl,
+		Policy: &acquirePolicy{l: l, holds: holds},
+	}}
+	if holds == 1 {
+		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
+		o.Send.Unsent = &l.unsent
+		if m.fenced && c.fencing {
+			// A token must be larger than every earlier lock's: see
+			// "Fencing tokens" in README.md.
+			o.Within = l.ttl / 4
+		}
+	}
+	res, err := c.do(ctx, o)
+	if err != nil {
+		if holds > 1 {
+			l.loseIfRefused(err)
+		}
+		return err
+	}
+	until := c.deadline(res.Start, l.ttl)
+	if holds == 1 {
+		l.quick = time.Since(res.Start) <= min(c.masterTimeout/4, l.ttl/8)
+	}
+	if holds == 1 && m.fenced && c.fencing {
+		if err := l.raiseFence(ctx, res, until); err != nil {
+			l.endHolds(false)
+			_ = l.releaseRound(context.WithoutCancel(ctx), 0, nil)
+			return err
+		}
+		l.token = uint64(res.Max)
+	}
+	if err := l.setUntil(until); err != nil {
+		return fmt.Errorf("%w: acquire %s: lost meanwhile: %w", ErrNotObtained, quote(l.key), err)
+	}
+	l.holds = holds
+	if holds == 1 && c.observer != nil {
+		l.observe(ctx, EventAcquired, nil)
+		// Tracked, so that its loss is reported whatever ends it:
+		// validity run out, renewal failed, or Client.Close.
+		l.signal()
+	}
+	return nil
+}
+
+// raiseFence makes the token final. The token is the largest counter among
+// the granting quorum; when those counters differ, a second round raises
+// them to the token where this owner still holds the lock, and needs a
+// quorum. Then every quorum that grants the lock later shares a master
+// whose counter is at least the token, and increments it: later tokens are
+// larger. When the counters agree, the granting quorum already is such a
+// quorum, and the second round is skipped.
+func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Time) error {
+	if !res.Mixed {
+		return nil
+	}
+	if _, err := l.client.do(ctx, &op{name: "fence", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
+		Script: fenceScript,
+		Keys:   l.keys,
+		Args:   l.args(argv{ttl: l.ttl, holds: res.Max}),
+	}}); err != nil {
+		return err
+	}
+	if !time.Now().Before(until) {
+		return fmt.Errorf("%w: acquire %s: validity ran out while raising the fencing token", ErrNotObtained, quote(l.key))
+	}
+	return nil
+}
+
+// Reenter adds one hold for the lock's owner and renews its TTL, over the
+// quorum. It needs the lock to be held (else ErrNotHeld, or ErrClosed once
+// its Client is closed, and nothing is sent); it fails like an acquire,
+// wrapping ErrNotObtained, and then the holds are unchanged (and the lock
+// lost where a quorum cannot hold it any more, as with Extend). It blocks for
+// one quorum round, after any Extend, Release or renewal of the same Lock
+// under way.
+//
+// Every master stores the owner's hold count, sent as an absolute value by
+// each Reenter and Release. A master that missed one call is corrected by
+// the next, and the last Release deletes the lock on every master whatever
+// count it had: a lock is never left held after its owner's last release,
+// nor dropped while the owner still holds it.
+func (l *Lock) Reenter(ctx context.Context) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx, "reenter"); err != nil {
+		return err
+	}
+	err := l.reenter(ctx)
+	l.report() // the loss the round may have found
+	return err
+}
+
+// reenter is Reenter under l.mu, which a panic (an Observer's) lets go.
+func (l *Lock) reenter(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkHeld("reenter"); err != nil {
+		return err
+	}
+	return l.take(ctx, l.holds+1)
+}
+
+// lateAgreement handles master i's agreement to the acquire round for
+// holds after the round was decided. The lock's last release may already
+// have reached that master and found nothing, so that this agreement would
+// outlive the lock: then it is deleted again. For the first acquire, the
+// master's late agreement and the release's answer there meet in
+// releasedOn, whichever comes second, so that the delete is sent only
+// where the release missed; for a re-entry, whenever the lock is released.
+// The delete runs in the background: lateAgreement does not block.
+func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
+	if holds > 1 {
+		if l.life.stage.Load() == stageReleased {
+			l.client.engine.Spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
+		}
+		return
+	}
+	l.meet(ctx, i, &l.late.agreed, &l.late.missed, unknown)
+}
+
+// meet records one of the two events on master i, a late agreement (whose
+// outcome may be unknown) or a release that missed, and drops the lock
+// there, in the background, if the other came first. It does not block.
+func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown bool) {
+	bit := uint64(1) << i
+	b := &l.late
+	b.mu.Lock()
+	met := *other&bit != 0
+	*mine |= bit
+	if unknown {
+		b.unknown |= bit
+	}
+	unknown = b.unknown&bit != 0
+	b.mu.Unlock()
+	if met {
+		l.client.engine.Spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
+	}
+}
+
+// dropOn deletes the lock on master i, where this Lock holds it, retrying
+// until the master answers (see Client.cleanUp); where the acquire's
+// outcome there is unknown, it leaves a marker if it finds nothing. It
+// blocks meanwhile.
+func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
+	a := argv{ttl: l.longestTTL()}
+	if unknown {
+		a.last = markMissing
+	}
+	args := l.args(a)
+	l.client.engine.CleanUp(ctx, i, quorum.Cleanup{Script: l.mode.release, Keys: l.keys, Args: args}, l.longestTTL())
+}
 
 // acquirePolicy is an acquire's part in its round. A master may agree
 // after the decision, or time out and apply later: that agreement may

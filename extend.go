@@ -2,10 +2,264 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/quorum"
 )
+
+// Extend sets the lock's TTL to ttl from now on every master that still
+// holds it for this owner, unless the key's TTL there is longer: it never
+// shortens the lock on a master, so that its calls, which may land after
+// the round failed or even after a later Extend, cannot cut the lock short.
+// A master where the key has gone is not extended; once a quorum agreed,
+// the lock is set again there, unless Options.NoRepair (see "Quorum
+// repair" in README.md). It succeeds only if a quorum agreed with validity
+// left, and then sets Until to ttl from the round's start, less the drift
+// allowance (earlier than before if ttl is shorter). If the lock's
+// validity has already run out, Extend writes nothing and returns
+// ErrNotHeld; once Client.Close has begun, ErrClosed. Otherwise it fails
+// with a *QuorumError, and Until is unchanged. It wraps ErrNotHeld where
+// so many masters answered that they do not hold it that the others
+// cannot make a quorum: the lock is lost at once, and Done closes with
+// that error (see Done). It also wraps ErrNotHeld where a quorum agreed
+// too late, with no validity left from the round's start (Expired): the
+// lock is not extended, but not lost either, and stays held until Until.
+// Else too few masters answered in time: it wraps ErrNoQuorum, and the
+// lock is still held until Until.
+//
+// Extend blocks until the quorum is decided, at most MasterTimeout after
+// any Reenter, Release or renewal of the same Lock under way.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	err := l.extend(ctx, ttl, "extend")
+	if l.check() == nil {
+		l.report() // the loss the round may have found
+	}
+	return err
+}
+
+// extend is Extend; name names the call in errors ("extend", "renew").
+// The caller reports the EventLost it may queue.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx, name); err != nil {
+		return err
+	}
+	c := l.client
+	ttl, err := c.checkTTL("TTL", ttl)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkHeld(name); err != nil {
+		return err
+	}
+	if name == "renew" {
+		ttl = l.ttl // an Extend may have changed it since the renewal read it
+	}
+	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
+	l.sendsTTL(ttl)
+	res, err := c.do(ctx, &op{name: name, key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
+		Script: l.mode.extend,
+		Keys:   l.keys,
+		Args:   l.args(argv{ttl: ttl, holds: int64(l.holds)}),
+		TTL:    ttl,
+		Policy: l.extendPolicy(end),
+	}})
+	if err != nil {
+		l.loseIfRefused(err)
+		return err // its calls, which may still land, never shorten the lock
+	}
+	if err := l.setUntil(c.deadline(res.Start, ttl)); err != nil {
+		if !errors.Is(err, ErrNotHeld) { // ErrClosed
+			return fmt.Errorf("%w: %s %s: %w", ErrNotHeld, name, quote(l.key), err)
+		}
+		return fmt.Errorf("%s: %w", name, err) // err names the key and why
+	}
+	l.ttl = ttl
+	if l.renew != nil && name != "renew" {
+		l.renew.replanned()
+	}
+	return nil
+}
+
+// loseIfRefused loses the lock where err, of a round of this held Lock
+// (a re-entry, extend, renewal or release that leaves holds), is a
+// *QuorumError in which so many masters answered that they do not hold it
+// (ErrNotHeld) for this Lock, or do not count (a replica, a server that
+// counted already), that the others cannot make a quorum: its keys were
+// deleted there, those masters restarted empty, or another owner took it.
+// Whatever validity is left, another owner may hold it now. A master that
+// did not answer may still hold it, so timeouts and errors alone lose
+// nothing before the validity runs out.
+func (l *Lock) loseIfRefused(err error) {
+	var qe *QuorumError
+	if !errors.As(err, &qe) || !qe.refusedQuorum() {
+		return
+	}
+	if !errors.Is(err, ErrNotHeld) { // a re-entry's
+		err = fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	l.lose(err)
+}
+
+// repairOn sets the lock again on master i, which answered an extend
+// without it (it restarted empty, or the key expired there), once a
+// quorum of the others decided the extend. It sets the validity left,
+// until the earlier of the old deadline and until, the extend's, with the
+// holds and token the Lock has (see "repair" in scripts.lua). Without it
+// a long-held lock would erode one restart at a time. Repairing does not
+// count toward the extend; a lock that has expired, was lost or released
+// is not repaired; what it sets, the Lock's release deletes. It blocks
+// for one call.
+func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64, token uint64) {
+	end := until
+	if u := l.Until(); u.Before(end) {
+		end = u
+	}
+	ttl := time.Until(end).Truncate(time.Millisecond)
+	l.repaired.Store(true) // before reading the stage: see repaired
+	if ttl <= 0 || l.life.ended() {
+		return
+	}
+	args := l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
+	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
+}
+
+// renewal is a running auto-renewal.
+type renewal struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	lost   <-chan struct{} // the lock's Done
+	replan chan struct{}   // cap 1: an Extend changed the lock's TTL
+}
+
+// replanned tells the renewal that an Extend changed the lock's TTL and
+// validity, which may now call for a renewal sooner. It does not block.
+func (r *renewal) replanned() {
+	select {
+	case r.replan <- struct{}{}:
+	default:
+	}
+}
+
+func (r *renewal) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// AutoRenew keeps the lock held until its last Release: it extends the lock
+// by its current TTL (the last Extend's, if any) over the quorum once about
+// a third of it has passed, and retries sooner after a failure. A failure on a minority of masters does
+// not matter (the quorum still extends). If renewal cannot reach a quorum
+// before the validity would run out, the lock is lost: Done closes, with
+// the last renewal error in Err; at once where the masters that answered
+// that they do not hold it leave too few for a quorum. The last Release, and Client.Close, stop
+// renewal before they return; no renewal runs after. Calling AutoRenew
+// again, on a closed Client, or while the last Release is under way, is a
+// no-op (a Reenter that comes first keeps renewal running).
+func (l *Lock) AutoRenew() {
+	if l.check() != nil {
+		return
+	}
+	l.mu.Lock()
+	if l.renew == nil && l.holds > 0 && !l.stopping {
+		l.startRenewal()
+	}
+	l.mu.Unlock()
+	l.report() // the loss startRenewal may have found
+}
+
+// startRenewal starts the renewal goroutine unless the client is closed;
+// l.mu must be held. The caller reports what it queues.
+func (l *Lock) startRenewal() {
+	lost := l.watch().done // tracks the lock, so that Client.Close stops the renewal
+	if !l.client.addRenewal() {
+		return
+	}
+	ctx, cancel := context.WithCancel(inBackground(context.Background()))
+	r := &renewal{cancel: cancel, done: make(chan struct{}), lost: lost, replan: make(chan struct{}, 1)}
+	l.renew = r
+	go l.renewLoop(ctx, r)
+}
+
+func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
+	defer l.client.gate.renewals.Done()
+	defer close(r.done)
+	ttl := l.currentTTL()
+	wait := time.Until(l.Until()) - 2*ttl/3
+	timer := time.NewTimer(max(wait, 0))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.lost:
+			return
+		case <-r.replan:
+			timer.Reset(max(time.Until(l.Until())-2*l.currentTTL()/3, 0))
+			continue
+		case <-timer.C:
+		}
+		err := l.extend(ctx, l.currentTTL(), "renew")
+		l.report()           // a loss the round found: EventLost
+		ttl = l.currentTTL() // what extend used: an Extend may have changed it
+		retry := max(ttl/10, l.client.masterTimeout)
+		switch {
+		case err == nil:
+			if !l.observeHeld(ctx, EventRenewed, nil) {
+				return
+			}
+			wait = time.Until(l.Until()) - 2*ttl/3
+		case ctx.Err() != nil, errors.Is(err, ErrClosed): // Close loses the lock
+			return
+		case time.Until(l.Until()) < retry+l.client.masterTimeout:
+			// The next attempt could not finish in time.
+			if qe, ok := err.(*QuorumError); ok && qe.sentinel == ErrNoQuorum {
+				err = qe.lost("too little validity left to try again") // said once, not wrapped again
+			} else if !errors.Is(err, ErrNotHeld) {
+				err = fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err)
+			}
+			l.lose(err)
+			l.report()
+			return
+		default:
+			if !l.observeHeld(ctx, EventRenewalFailed, err) {
+				return
+			}
+			wait = retry
+		}
+		timer.Reset(max(wait, 0))
+	}
+}
+
+// observeHeld reports a renewal's event unless the lock was lost
+// meanwhile (Client.Close, or its validity ran out while the renewal was
+// under way), and reports whether it was. Queued under sigMu, as EventLost
+// is, so that no event of the renewal follows the loss. It runs on the
+// renewal's goroutine: an Observer's panic is dropped.
+func (l *Lock) observeHeld(ctx context.Context, kind EventKind, err error) bool {
+	l.sigMu.Lock()
+	held := !l.expireLocked()
+	if held {
+		l.queueLocked(ctx, kind, err)
+	}
+	l.sigMu.Unlock()
+	l.report()
+	return held
+}
+
+// currentTTL returns the TTL of the lock's last acquire or extend.
+func (l *Lock) currentTTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
 
 // extendPolicy is an extend's part in its round: once a quorum agreed,
 // it repairs the masters that answered without the lock (see repairOn).
@@ -17,6 +271,12 @@ type extendPolicy struct {
 	token uint64
 }
 
+func (p *extendPolicy) Settles(a quorum.Answer) bool { return a.Refused() }
+
+func (p *extendPolicy) Settled(ctx context.Context, i int, _ quorum.Answer, _ bool) func() {
+	return func() { p.l.repairOn(ctx, i, p.until, p.holds, p.token) }
+}
+
 // extendPolicy returns the policy of an extend whose validity ends by
 // until. Read locks, and Options.NoRepair, repair nothing. l.mu must be
 // held.
@@ -25,10 +285,4 @@ func (l *Lock) extendPolicy(until time.Time) quorum.Policy {
 		return quorum.NoHooks{}
 	}
 	return &extendPolicy{l: l, until: until, holds: int64(l.holds), token: max(l.token, 1)}
-}
-
-func (p *extendPolicy) Settles(a quorum.Answer) bool { return a.Refused() }
-
-func (p *extendPolicy) Settled(ctx context.Context, i int, _ quorum.Answer, _ bool) func() {
-	return func() { p.l.repairOn(ctx, i, p.until, p.holds, p.token) }
 }

@@ -2,10 +2,203 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/quorum"
 )
+
+// Release gives up one hold; the last one deletes the lock on every master
+// where this Lock still holds it, and wakes waiters. It runs even if ctx has
+// ended (only ctx's values are used): a release must not be lost. It returns nil if a
+// quorum held it (it was still ours). It returns a *QuorumError wrapping
+// ErrNotHeld where so many masters answered that they did not hold it that
+// no quorum can have: it had expired or was lost, and the critical section
+// may have overlapped another holder's. Where too few masters answered in
+// time to tell, the error wraps ErrNoQuorum instead: the lock may have
+// been held all along (unless it was lost or ran out before: then it wraps
+// both). Either way the hold is gone afterwards. Once Client.Close has begun, Release sends nothing
+// and returns ErrClosed. A Release that leaves holds and finds the lock lost
+// on a quorum closes Done, as Extend does. Calling Release after the last
+// hold is gone sends nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
+// anything, and closes Done with ErrReleased.
+//
+// Release blocks until the quorum is decided, at most MasterTimeout. The
+// delete still reaches slower masters in the background, and is retried
+// where a master gave no answer, until it answers or the lock would have
+// expired there anyway (see Client.Close).
+func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
+
+// release is Release. The last one hands the lock on: it wakes this
+// client's next waiter for it (see Client.releasing) and runs queued, if
+// set, once its calls are queued on every master, so that the waiter's
+// acquire follows them there instead of a round later. Only where the
+// masters keep the calls of one key in order (Pipeline.Ordered), and where
+// they answered this Lock's acquire within a quarter of MasterTimeout and
+// an eighth of its TTL: an acquire queued behind the release waits for its
+// reply first, and must still be decided within MasterTimeout, and within
+// a quarter of the TTL where it takes a fencing token (op.grantWithin); and
+// unless this client's last release of the lock found another client
+// waiting (see Client.isContested), whose waiters must not lose every race
+// to this client's. Elsewhere it hands the lock on once its round is
+// decided. queued must not block nor use l.
+func (l *Lock) release(ctx context.Context, queued func()) error {
+	if err := l.check(); err != nil {
+		return err
+	}
+	if err := checkContext(ctx, "release"); err != nil {
+		return err
+	}
+	if l.client.gate.closing() { // the lock was left to expire: see Client.Close
+		return errClosedOp("release", l.key)
+	}
+	err := l.releaseHold(ctx, queued)
+	l.report() // outside l.mu: a blocked Observer holds up no other call
+	return err
+}
+
+// releaseHold is release under l.mu, which a panic (an Observer's) lets go.
+// The caller reports the events it queues.
+func (l *Lock) releaseHold(ctx context.Context, queued func()) error {
+	l.mu.Lock()
+	defer l.mu.Unlock() // let go and taken again while renewal stops
+	if r := l.renew; r != nil && l.holds <= 1 {
+		l.renew, l.stopping = nil, true
+		l.mu.Unlock()
+		r.stop() // outside mu: a renewal in flight needs it
+		l.mu.Lock()
+		l.stopping = false
+		if l.holds > 1 { // a Reenter came in meanwhile: keep renewing
+			l.startRenewal()
+		}
+	}
+	if l.holds == 0 {
+		// Sending it again could delete the same owner's next lock.
+		return fmt.Errorf("%w: release %s: already released", ErrNotHeld, quote(l.key))
+	}
+	// A lock lost or run out before is not held, whoever answers in time.
+	var lostBy string
+	switch {
+	case !time.Now().Before(l.Until()): // whether or not a timer saw it
+		lostBy = "its validity had run out"
+	case errors.Is(l.lostCause(), ErrNotHeld):
+		lostBy = "it was lost before"
+	}
+	l.holds--
+	if l.holds == 0 {
+		l.endHolds(true) // before the round: see lateAgreement
+	}
+	// Not the caller's context: an ended one would send nothing, and the
+	// lock would block everyone until its TTL. The round is bounded by
+	// MasterTimeout.
+	err := l.releaseRound(context.WithoutCancel(ctx), l.holds, queued)
+	if qe, ok := err.(*QuorumError); ok && lostBy != "" {
+		err = qe.lost(lostBy)
+	}
+	if l.holds == 0 {
+		l.sigMu.Lock()
+		l.queueLocked(ctx, EventReleased, err)
+		l.sigMu.Unlock()
+	} else if err != nil {
+		l.loseIfRefused(err)
+	}
+	return err
+}
+
+// releaseRound sets the owner's holds to holds on every master. At 0 it
+// deletes the lock there, retried in the background on masters that gave
+// no answer, and hands the lock on with queued (see release).
+func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error {
+	ttl := l.ttl
+	if holds == 0 {
+		ttl = l.longestTTL() // of the marker it may leave
+	}
+	a := argv{ttl: ttl, holds: int64(holds)}
+	if holds == 0 {
+		// Where the acquire's call timed out, it may land after this
+		// release, which then leaves a marker that refuses it. After a
+		// repair, the release may find and delete the repaired lock
+		// before that acquire, or another repair, lands: then it leaves
+		// the marker wherever it deletes too.
+		a.last = markMissing
+		if l.repaired.Load() {
+			a.last = markAlways
+		}
+		if l.token > 0 && l.mode.fenced && l.client.fencing {
+			a.fence = strconv.FormatUint(l.token, 10) // the counter it leaves
+		}
+	}
+	o := &op{name: "release", key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
+		Script: l.mode.release,
+		Keys:   l.keys,
+		Args:   l.args(a),
+		Send:   quorum.Send{Must: true, Skip: (*releaseSkip)(l)},
+	}}
+	var last *releasePolicy
+	if holds == 0 {
+		last = &releasePolicy{
+			l:      l,
+			retry:  quorum.Cleanup{Script: o.Script, Keys: o.Keys, Args: o.Args},
+			keyTTL: ttl,
+			early:  l.client.ordered && l.quick && !l.client.isContested(o.Keys.Names[0]),
+			then:   queued,
+		}
+		o.Policy = last
+	}
+	res, err := l.client.do(ctx, o)
+	if last != nil {
+		if !last.early {
+			last.handOff()
+		}
+		if err == nil && l.mode != readMode { // a read release always replies 1
+			l.client.contest(o.Keys.Names[0], res.Max == replyWaited)
+		}
+	}
+	return err
+}
+
+// releaseSkip is a Lock as its releases' pipeline.Skipper: a master where
+// the first acquire was surely not sent (its round was decided without
+// it, or it was shed) holds nothing of this Lock, unless a repair set it
+// there. repairOn stores repaired before it reads the life's stage, and
+// the last release stores released before its calls ask Skip: either Skip
+// sees repaired, or the repair sees released and sends nothing.
+type releaseSkip Lock
+
+func (s *releaseSkip) Skip(i int) bool {
+	l := (*Lock)(s)
+	return l.unsent.Load()&(1<<i) != 0 && !l.repaired.Load()
+}
+
+// releasedOn learns whether the last release deleted the lock on master i.
+func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
+	if !deleted {
+		l.meet(ctx, i, &l.late.missed, &l.late.agreed, false)
+	}
+}
+
+// releaseAfterPanic releases l, whose acquire panicked before l reached
+// its caller, on every master where it may have landed, unless the acquire
+// released it already; EventReleased balances an EventAcquired that went
+// out. A panic of its own is dropped: the first one goes on. l.mu must be
+// held.
+func (l *Lock) releaseAfterPanic(ctx context.Context) {
+	defer func() { _ = recover() }()
+	acquired := l.holds > 0 // take got as far as reporting it
+	if !l.endHolds(false) {
+		return
+	}
+	l.holds = 0
+	err := l.releaseRound(context.WithoutCancel(ctx), 0, nil)
+	if acquired {
+		l.sigMu.Lock()
+		l.queueLocked(ctx, EventReleased, err)
+		l.sigMu.Unlock()
+	}
+	l.report()
+}
 
 // releasePolicy is the last release's part in its round. A master that
 // gives no answer gets the release again in the background. The answers
