@@ -291,14 +291,14 @@ func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
 func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown bool) {
 	bit := uint64(1) << i
 	b := &l.late
-	b.mu.Lock()
+	l.sigMu.Lock()
 	met := *other&bit != 0
 	*mine |= bit
 	if unknown {
 		b.unknown |= bit
 	}
 	unknown = b.unknown&bit != 0
-	b.mu.Unlock()
+	l.sigMu.Unlock()
 	if met {
 		l.client.engine.Spawn(ctx, func() { l.dropOn(ctx, i, unknown) })
 	}

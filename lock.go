@@ -43,14 +43,12 @@ type Lock struct {
 	// are retried, and release markers kept, for that long. Written under
 	// mu.
 	longest atomic.Int64
-	// late pairs the first acquire's late agreements with the last
-	// release's misses; it has its own mutex.
-	late lateBook
 
-	sigMu sync.Mutex // guards life's changes, sig and queue
-	life  life       // held, lost or released; read without sigMu too
-	sig   *lostSignal
-	queue eventQueue // the Observer's events, in order
+	sigMu sync.Mutex  // guards life's changes, sig, queue and late; never held across I/O
+	life  life        // held, lost or released; read without sigMu too
+	sig   *lostSignal // made on first use (see signal)
+	queue eventQueue  // the Observer's events, in order
+	late  lateBook    // the first acquire's late agreements, the last release's misses
 }
 
 // lockID is what identifies a Lock: set before the Lock is returned (the
@@ -101,10 +99,9 @@ func (s *life) ended() bool { return s.stage.Load() != stageHeld }
 // lateBook pairs, per master, the first acquire's late agreements with the
 // last release's misses (see Lock.meet). Bit i is master i.
 type lateBook struct {
-	mu      sync.Mutex // guards the fields below
-	agreed  uint64     // agreed to the first acquire after its decision
-	missed  uint64     // the last release found nothing there
-	unknown uint64     // of agreed, those whose outcome is unknown (see unanswered)
+	agreed  uint64 // agreed to the first acquire after its decision
+	missed  uint64 // the last release found nothing there
+	unknown uint64 // of agreed, those whose outcome is unknown
 }
 
 var (
