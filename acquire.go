@@ -13,23 +13,23 @@ import (
 // Acquire tries once to take the exclusive lock on key for ttl, under a
 // fresh random value. It returns a *Lock if a quorum of masters granted it
 // with validity left. Otherwise it releases whatever it took, on every
-// master that may have set the lock, with fresh contexts (never ctx, which
-// may have ended), retried in the background until each master answers or
-// the key would have expired anyway; it returns an error wrapping
-// ErrNotObtained, and a *QuorumError tells each master's part.
+// master that may have set the lock. It does so with fresh contexts, never
+// ctx, which may have ended. The release is retried in the background
+// until each master answers or the key would have expired anyway. Acquire
+// then returns an error wrapping ErrNotObtained, and a *QuorumError tells
+// each master's part.
 //
 // Acquire blocks until the quorum is decided, at most MasterTimeout after
-// the round starts. Before it, while fewer than a quorum of masters are
-// set up (a fresh client's first acquire: see Options.MasterTimeout), it
-// waits for their setup, then for the others
-// twice as long as that took, for at most 4*MasterTimeout. A
-// failed attempt also waits for one try, bounded by MasterTimeout, to
-// release the masters it saw agree, and briefly (twice as long as the
-// decision took, if a master replied by then) for the masters that have
-// not answered: a master slower than that is released in the background.
-// With fencing, one more round runs when the masters' counters differ.
-// Cancelling ctx ends the attempt early; the error then also matches
-// ctx.Err(). ttl is used in whole milliseconds and
+// the round starts. Before the round, fewer than a quorum of masters may
+// be set up, as for a fresh client's first acquire. It then waits for
+// their setup, then for the others twice as long as that took. That wait
+// lasts at most 4*MasterTimeout. A failed attempt also waits for one try,
+// bounded by MasterTimeout, to release the masters it saw agree. It waits
+// briefly for the masters that have not answered: twice as long as the
+// decision took, if a master replied by then. A master slower than that
+// is released in the background. With fencing, one more round runs when
+// the masters' counters differ. Cancelling ctx ends the attempt early; the
+// error then also matches ctx.Err(). ttl is used in whole milliseconds. It
 // must be longer than MasterTimeout and than its own drift allowance.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(); err != nil {
@@ -42,12 +42,12 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	return c.acquire(ctx, exclusiveMode, key, value, value, ttl, 0)
 }
 
-// AcquireAs is Acquire with a reentrant lock held by owner: while owner
+// AcquireAs is Acquire with a reentrant lock held by owner. While owner
 // holds it, Lock.Reenter adds holds and the last Lock.Release frees it.
 // owner must be unique to its holder and unguessable (see NewOwner). Each
-// Lock is its own acquisition: while one Lock of owner holds the lock,
-// another AcquireAs by owner is refused like any other (re-enter with
-// Lock.Reenter, or use mutex.Reentrant, which does).
+// Lock is its own acquisition. While one Lock of owner holds the lock,
+// another AcquireAs by owner is refused like any other. Re-enter with
+// Lock.Reenter, or use mutex.Reentrant, which does.
 func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	return c.acquireOwned(ctx, exclusiveMode, key, owner, ttl, 0)
 }
@@ -63,10 +63,10 @@ func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.D
 }
 
 // AcquireRead takes the read side of the read-write lock named key for
-// owner: granted unless another owner holds it for writing or a writer
-// waits (an owner that already reads may re-enter). Readers share the
-// lock, and each one's hold expires on its own. An owner holding the write
-// lock may also take the read lock, then release the write lock: a
+// owner. It is granted unless another owner holds it for writing or a
+// writer waits. An owner that already reads may re-enter. Readers share
+// the lock, and each one's hold expires on its own. An owner holding the
+// write lock may also take the read lock, then release the write lock: a
 // downgrade. Read locks carry no fencing token. Blocking and errors are
 // those of Acquire.
 func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
@@ -75,7 +75,7 @@ func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Du
 
 // acquireOwned acquires for owner under a fresh nonce. A write lock with
 // writeWait > 0 leaves the write-wait marker for that long where readers
-// hold it (see scripts.lua).
+// hold it.
 func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, ttl, writeWait time.Duration) (*Lock, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -88,11 +88,10 @@ func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, t
 }
 
 // value returns a new value from NewValue: the Acquire's owner, and every
-// Lock's nonce. A nonce names the Lock's undo marker, K:gone:nonce (see
-// scripts.lua), which must never be another lock's key: the last '}' of a
-// key tells its name from its suffix (see lockKey), so a value must hold
-// no '}'. It must not be empty either: an empty nonce would be every
-// Lock's.
+// Lock's nonce. A nonce names the Lock's undo marker, K:gone:nonce. That
+// must never be another lock's key. The last '}' of a key tells its name
+// from its suffix, so a value must hold no '}'. It must not
+// be empty either: an empty nonce would be every Lock's.
 func (c *Client) value() (string, error) {
 	v, err := c.newValue()
 	switch {
@@ -144,8 +143,8 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	c, m := l.client, l.mode
 	if holds == 1 {
 		// A new lock's round, and its validity, start once the masters
-		// are set up: setup must not spend its MasterTimeout. Before the
-		// proposed token is read, so that setup does not make it stale.
+		// are set up: setup must not spend its MasterTimeout. Setup runs
+		// before the proposed token is read, so as not to make it stale.
 		c.prepare(ctx)
 	}
 	undo, mark := l.args(argv{ttl: l.ttl, holds: int64(holds - 1)}), []any(nil)
@@ -171,8 +170,8 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
 		o.Send.Unsent = &l.unsent
 		if m.fenced && c.fencing {
-			// A token must be larger than every earlier lock's: see
-			// "Fencing tokens" in README.md.
+			// A token must be larger than every earlier lock's. A late
+			// decision could break that ("Fencing tokens" in README.md).
 			o.Within = l.ttl / 4
 		}
 	}
@@ -208,13 +207,14 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	return nil
 }
 
-// raiseFence makes the token final. The token is the largest counter among
-// the granting quorum; when those counters differ, a second round raises
-// them to the token where this owner still holds the lock, and needs a
-// quorum. Then every quorum that grants the lock later shares a master
-// whose counter is at least the token, and increments it: later tokens are
-// larger. When the counters agree, the granting quorum already is such a
-// quorum, and the second round is skipped.
+// raiseFence makes the token final. The token is the largest counter
+// among the granting quorum. When those counters differ, a second round
+// raises them to the token where this owner still holds the lock. That
+// round needs a quorum. Then every quorum that grants the lock later
+// shares a master whose counter is at least the token. It increments that
+// counter, so later tokens are larger. When the counters agree, the
+// granting quorum already is such a quorum. The second round is then
+// skipped.
 func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Time) error {
 	if !res.Mixed {
 		return nil
@@ -233,18 +233,18 @@ func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Ti
 }
 
 // Reenter adds one hold for the lock's owner and renews its TTL, over the
-// quorum. It needs the lock to be held (else ErrNotHeld, or ErrClosed once
-// its Client is closed, and nothing is sent); it fails like an acquire,
-// wrapping ErrNotObtained, and then the holds are unchanged (and the lock
-// lost where a quorum cannot hold it any more, as with Extend). It blocks for
-// one quorum round, after any Extend, Release or renewal of the same Lock
-// under way.
+// quorum. It needs the lock to be held. Else it returns ErrNotHeld, or
+// ErrClosed once its Client is closed, and sends nothing. It fails like an
+// acquire, wrapping ErrNotObtained, and then the holds are unchanged. The
+// lock is then lost where a quorum cannot hold it any more, as with
+// Extend. It blocks for one quorum round, after any Extend, Release or
+// renewal of the same Lock under way.
 //
-// Every master stores the owner's hold count, sent as an absolute value by
-// each Reenter and Release. A master that missed one call is corrected by
-// the next, and the last Release deletes the lock on every master whatever
-// count it had: a lock is never left held after its owner's last release,
-// nor dropped while the owner still holds it.
+// Every master stores the owner's hold count. Each Reenter and Release
+// sends it as an absolute value. A master that missed one call is
+// corrected by the next. The last Release deletes the lock on every master
+// whatever count it had. So a lock is never left held after its owner's
+// last release, nor dropped while the owner still holds it.
 func (l *Lock) Reenter(ctx context.Context) error {
 	if err := l.check(); err != nil {
 		return err
@@ -269,12 +269,12 @@ func (l *Lock) reenter(ctx context.Context) error {
 
 // lateAgreement handles master i's agreement to the acquire round for
 // holds after the round was decided. The lock's last release may already
-// have reached that master and found nothing, so that this agreement would
-// outlive the lock: then it is deleted again. For the first acquire, the
-// master's late agreement and the release's answer there meet in
-// releasedOn, whichever comes second, so that the delete is sent only
-// where the release missed; for a re-entry, whenever the lock is released.
-// The delete runs in the background: lateAgreement does not block.
+// have reached that master and found nothing. This agreement would then
+// outlive the lock, so it is deleted again. For the first acquire, the
+// late agreement and the release's answer there meet in meet, whichever
+// comes second. So the delete is sent only where the release missed. For
+// a re-entry, it is sent whenever the lock is released. The delete runs
+// in the background: lateAgreement does not block.
 func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
 	if holds > 1 {
 		if l.life.stage.Load() == stageReleased {
@@ -285,9 +285,9 @@ func (l *Lock) lateAgreement(ctx context.Context, i, holds int, unknown bool) {
 	l.meet(ctx, i, &l.late.agreed, &l.late.missed, unknown)
 }
 
-// meet records one of the two events on master i, a late agreement (whose
-// outcome may be unknown) or a release that missed, and drops the lock
-// there, in the background, if the other came first. It does not block.
+// meet records one of two events on master i: a late agreement, whose
+// outcome may be unknown, or a release that missed. If the other came
+// first, it drops the lock there in the background. It does not block.
 func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown bool) {
 	bit := uint64(1) << i
 	b := &l.late
@@ -304,10 +304,10 @@ func (l *Lock) meet(ctx context.Context, i int, mine, other *uint64, unknown boo
 	}
 }
 
-// dropOn deletes the lock on master i, where this Lock holds it, retrying
-// until the master answers (see Client.cleanUp); where the acquire's
-// outcome there is unknown, it leaves a marker if it finds nothing. It
-// blocks meanwhile.
+// dropOn deletes the lock on master i, where this Lock holds it. It
+// retries until the master answers, and blocks meanwhile. Where the
+// acquire's outcome there is unknown, it leaves a marker if it finds
+// nothing.
 func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
 	a := argv{ttl: l.longestTTL()}
 	if unknown {
@@ -318,8 +318,8 @@ func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
 }
 
 // acquirePolicy is an acquire's part in its round. A master may agree
-// after the decision, or time out and apply later: that agreement may
-// outlive the lock's release, and is deleted again (see lateAgreement).
+// after the decision, or time out and apply later. That agreement may
+// outlive the lock's release, so it is deleted again.
 type acquirePolicy struct {
 	quorum.NoHooks
 	l     *Lock

@@ -16,7 +16,7 @@ type argv struct {
 	last any
 }
 
-// Marker modes of a release, its ARGV[7] (see scripts.lua).
+// Marker modes of a release, its ARGV[7].
 const (
 	// markMissing leaves a marker where nothing of the Lock is found: an
 	// acquire that lands later is refused.

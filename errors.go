@@ -11,31 +11,32 @@ import (
 )
 
 var (
-	// ErrNotObtained means an acquire did not get the lock: it is held
-	// elsewhere, too few masters answered, or the validity ran out before a
-	// quorum agreed.
+	// ErrNotObtained means an acquire did not get the lock. It is held
+	// elsewhere, too few masters answered, or the validity ran out before
+	// a quorum agreed.
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 
-	// ErrNotHeld means an extend or release found that the lock is no longer
-	// held with this value by a quorum of masters: its validity ran out, it
-	// was released, or so many masters answered that they do not hold it
-	// that the others cannot make a quorum. Another owner may hold it now.
+	// ErrNotHeld means an extend or release found that the lock is no
+	// longer held with this value by a quorum of masters. Its validity ran
+	// out, it was released, or so many masters answered that they do not
+	// hold it that the others cannot make a quorum. Another owner may hold
+	// it now.
 	ErrNotHeld = errors.New("redlock: lock not held")
 
 	// ErrNoQuorum means an extend or release could not tell whether a
-	// quorum holds the lock: too few masters gave a usable answer (they
-	// timed out, failed, or the caller's context ended first), and too few
+	// quorum holds the lock. Too few masters gave a usable answer: they
+	// timed out, failed, or the caller's context ended first. And too few
 	// refused to prove it lost. The lock may still be held until its
-	// validity runs out; a release still reaches slow masters later.
+	// validity runs out. A release still reaches slow masters later.
 	ErrNoQuorum = errors.New("redlock: too few masters answered to decide")
 
 	// ErrInvalidArgument marks an option, key, TTL or context that cannot
-	// work; the wrapping message names the value and why. Every method
+	// work. The wrapping message names the value and why. Every method
 	// refuses a nil context with it before it changes anything.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
 
 	// ErrUpgrade means an owner holding a read lock asked for the write
-	// lock of the same name: granting it would wait for its own read lock
+	// lock of the same name. Granting it would wait for its own read lock
 	// forever. Release the read lock first.
 	ErrUpgrade = errors.New("redlock: read-to-write upgrade refused: it would deadlock")
 
@@ -45,9 +46,9 @@ var (
 	// ErrClosed is returned by operations started after Client.Close.
 	ErrClosed = errors.New("redlock: client closed")
 
-	// ErrHeldElsewhere is a master's error in a QuorumError when it refused
-	// an acquire: another owner holds the lock there (for a read lock,
-	// also: a writer waits).
+	// ErrHeldElsewhere is a master's error in a QuorumError when it
+	// refused an acquire. Another owner holds the lock there. For a read
+	// lock, it may also mean that a writer waits.
 	ErrHeldElsewhere = errors.New("redlock: held by another owner")
 
 	// ErrNoReply is a master's error in a QuorumError when the round was
@@ -55,9 +56,9 @@ var (
 	ErrNoReply = errors.New("redlock: no reply before the quorum was decided")
 
 	// ErrMasterTimeout is a master's error in a QuorumError when it did not
-	// answer within Options.MasterTimeout. (With go-redis' default dial
-	// retries, five 100ms apart, a master that refuses connections ends
-	// here too; DialerRetries: 1 reports the refusal itself.)
+	// answer within Options.MasterTimeout. go-redis by default retries a
+	// dial five times, 100ms apart. So a master that refuses connections
+	// ends here too. DialerRetries: 1 reports the refusal itself.
 	// Client.Verify wraps it for a master that did not answer within
 	// 4*MasterTimeout.
 	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
@@ -67,27 +68,28 @@ var (
 type MasterResult struct {
 	Master string // the master's address, or "master<i>" when unknown
 	Agreed bool   // the master applied the operation, and it counts
-	// Err says why the master did not agree: ErrHeldElsewhere when it
-	// refused an acquire, ErrNotHeld when it refused a re-entry, extend or
-	// release (the lock is not ours there), ErrUpgrade, ErrMasterTimeout,
-	// ErrNoReply, the caller's context error, or the master's own error. A
-	// master whose agreement does not count has ErrReplica or a
-	// *SameServerError here, or an error wrapping ErrNoReply where it
-	// agreed to a failed acquire after the decision (it is undone).
+	// Err says why the master did not agree. It is ErrHeldElsewhere when
+	// it refused an acquire. It is ErrNotHeld when it refused a re-entry,
+	// extend or release: the lock is not ours there. Else it is
+	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, the caller's context error,
+	// or the master's own error. A master whose agreement does not count
+	// has ErrReplica or a *SameServerError here. A master that agreed to a
+	// failed acquire after the decision has an error wrapping ErrNoReply.
+	// Its agreement is undone.
 	Err error
 	// Latency is how long the master took to answer, from the round's
-	// start; 0 if it had not answered when the round was decided. Set
-	// only for an Observer (Options.Observer).
+	// start. It is 0 if the master had not answered when the round was
+	// decided. It is set only for an Observer (Options.Observer).
 	Latency time.Duration
 }
 
-// QuorumError is returned when a round did not reach its quorum, or reached
-// it too late. errors.Is matches it against ErrNotObtained for an acquire.
-// For an extend or release it matches ErrNotHeld where the lock is surely
-// not held by a quorum (so many masters refused that the others cannot
-// make one, or the validity ran out), else ErrNoQuorum: too few answered,
-// and the lock may still be held. It also matches the caller's context
-// error when the context ended during the round.
+// QuorumError is returned when a round did not reach its quorum, or
+// reached it too late. errors.Is matches it against ErrNotObtained for an
+// acquire. For an extend or release it matches ErrNotHeld where the lock
+// is surely not held by a quorum. So many masters refused that the others
+// cannot make one, or the validity ran out. Else it matches ErrNoQuorum:
+// too few answered, and the lock may still be held. It also matches the
+// caller's context error when the context ended during the round.
 type QuorumError struct {
 	Op      string         // "acquire", "extend", "renew" (AutoRenew), "release", or "fence" (the second round of an acquire)
 	Key     string         // the lock key, without prefix
@@ -103,7 +105,7 @@ type QuorumError struct {
 	late     bool  // Expired: a fencing acquire decided after a quarter of its TTL
 
 	// lostBy, if set, says why a round that too few masters answered
-	// (ErrNoQuorum) still matches ErrNotHeld: the lock is lost anyway.
+	// (ErrNoQuorum) still matches ErrNotHeld. The lock is lost anyway.
 	lostBy string
 }
 
@@ -172,9 +174,9 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap exposes the sentinel and, if the caller's context ended, its error.
-// Per-master errors stay in Masters: a timeout on one master says nothing
-// about the caller's context.
+// Unwrap exposes the sentinel and, if the caller's context ended, its
+// error. Per-master errors stay in Masters: a timeout on one master says
+// nothing about the caller's context.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{e.sentinel}
 	if e.lostBy != "" {
@@ -201,7 +203,7 @@ func (e *QuorumError) Failed() []MasterResult {
 }
 
 // checkContext rejects a nil context before an operation touches any
-// state: a panic halfway would leave the client or the lock broken.
+// state. A panic halfway would leave the client or the lock broken.
 func checkContext(ctx context.Context, op string) error {
 	if ctx == nil {
 		return invalidf("%s: nil context", op)
@@ -216,15 +218,15 @@ func isRefusal(err error) bool {
 }
 
 // isUncounted reports whether a master's error says it agreed, but its
-// agreement does not count: it is a replica, or a server that counted
+// agreement does not count. It is a replica, or a server that counted
 // already. It never will.
 func isUncounted(err error) bool {
 	return errors.Is(err, ErrSameServer) || errors.Is(err, ErrReplica)
 }
 
-// refusedQuorum reports whether so many masters answered that they do not
-// hold the lock (ErrNotHeld), or that do not count, that the others
-// cannot make a quorum.
+// refusedQuorum reports whether the others cannot make a quorum. That is
+// when too many masters answered that they do not hold the lock
+// (ErrNotHeld), or do not count.
 func (e *QuorumError) refusedQuorum() bool {
 	refused := 0
 	for _, m := range e.Masters {
@@ -235,10 +237,10 @@ func (e *QuorumError) refusedQuorum() bool {
 	return refused > len(e.Masters)-e.Quorum
 }
 
-// lost returns e, a round that too few masters answered (ErrNoQuorum), as
-// the error of a lock lost anyway, for the reason why: it matches
-// ErrNotHeld, and still ErrNoQuorum. Other errors are returned as they
-// are.
+// lost returns e, a round that too few masters answered (ErrNoQuorum),
+// as the error of a lock lost anyway. why says the reason. The result
+// matches ErrNotHeld, and still ErrNoQuorum. Other errors are returned as
+// they are.
 func (e *QuorumError) lost(why string) *QuorumError {
 	if e.sentinel != ErrNoQuorum {
 		return e
@@ -249,12 +251,11 @@ func (e *QuorumError) lost(why string) *QuorumError {
 }
 
 // errAgreedLate is the error of a master whose agreement to an acquire
-// came after the round was decided (it failed): it did not count, and is
+// came after the round was decided and failed. It did not count, and is
 // undone.
 var errAgreedLate = fmt.Errorf("%w (it agreed later: undone)", ErrNoReply)
 
-// quote quotes a key or value for an error message, cut short (see
-// clip.Quote).
+// quote quotes a key or value for an error message, cut short.
 func quote(s string) string { return clip.Quote(s) }
 
 func invalidf(format string, args ...any) error {

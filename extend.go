@@ -11,24 +11,25 @@ import (
 )
 
 // Extend sets the lock's TTL to ttl from now on every master that still
-// holds it for this owner, unless the key's TTL there is longer: it never
-// shortens the lock on a master, so that its calls, which may land after
-// the round failed or even after a later Extend, cannot cut the lock short.
-// A master where the key has gone is not extended; once a quorum agreed,
+// holds it for this owner, unless the key's TTL there is longer. It never
+// shortens the lock on a master. Its calls may land after the round
+// failed, or even after a later Extend, and must not cut the lock short.
+// A master where the key has gone is not extended. Once a quorum agreed,
 // the lock is set again there, unless Options.NoRepair (see "Quorum
-// repair" in README.md). It succeeds only if a quorum agreed with validity
-// left, and then sets Until to ttl from the round's start, less the drift
-// allowance (earlier than before if ttl is shorter). If the lock's
-// validity has already run out, Extend writes nothing and returns
-// ErrNotHeld; once Client.Close has begun, ErrClosed. Otherwise it fails
-// with a *QuorumError, and Until is unchanged. It wraps ErrNotHeld where
-// so many masters answered that they do not hold it that the others
-// cannot make a quorum: the lock is lost at once, and Done closes with
-// that error (see Done). It also wraps ErrNotHeld where a quorum agreed
-// too late, with no validity left from the round's start (Expired): the
-// lock is not extended, but not lost either, and stays held until Until.
-// Else too few masters answered in time: it wraps ErrNoQuorum, and the
-// lock is still held until Until.
+// repair" in README.md). Extend succeeds only if a quorum agreed with
+// validity left. It then sets Until to ttl from the round's start, less
+// the drift allowance. That is earlier than before if ttl is shorter.
+//
+// If the lock's validity has already run out, Extend writes nothing and
+// returns ErrNotHeld. Once Client.Close has begun, it returns ErrClosed.
+// Otherwise it fails with a *QuorumError, and Until is unchanged. The
+// error wraps ErrNotHeld where so many masters answered that they do not
+// hold it that the others cannot make a quorum. The lock is then lost at
+// once, and Done closes with that error. It also wraps ErrNotHeld where a
+// quorum agreed too late, with no validity left from the round's start
+// (Expired). The lock is then not extended, but not lost either, and
+// stays held until Until. Else too few masters answered in time. The
+// error then wraps ErrNoQuorum, and the lock is still held until Until.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
 // any Reenter, Release or renewal of the same Lock under way.
@@ -88,15 +89,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	return nil
 }
 
-// loseIfRefused loses the lock where err, of a round of this held Lock
-// (a re-entry, extend, renewal or release that leaves holds), is a
-// *QuorumError in which so many masters answered that they do not hold it
-// (ErrNotHeld) for this Lock, or do not count (a replica, a server that
-// counted already), that the others cannot make a quorum: its keys were
-// deleted there, those masters restarted empty, or another owner took it.
-// Whatever validity is left, another owner may hold it now. A master that
-// did not answer may still hold it, so timeouts and errors alone lose
-// nothing before the validity runs out.
+// loseIfRefused loses the lock if err proves it lost. err is the error of
+// a round of this held Lock: a re-entry, extend, renewal, or a release
+// that leaves holds. It proves the loss where so many masters answered
+// ErrNotHeld, or do not count, that the others cannot make a quorum. A
+// master does not count if it is a replica or a server that counted
+// already. The lock's keys were deleted there, those masters restarted
+// empty, or another owner took it. Whatever validity is left, another
+// owner may hold it now. A master that did not answer may still hold it.
+// So timeouts and errors alone lose nothing before the validity runs out.
 func (l *Lock) loseIfRefused(err error) {
 	var qe *QuorumError
 	if !errors.As(err, &qe) || !qe.refusedQuorum() {
@@ -109,13 +110,13 @@ func (l *Lock) loseIfRefused(err error) {
 }
 
 // repairOn sets the lock again on master i, which answered an extend
-// without it (it restarted empty, or the key expired there), once a
-// quorum of the others decided the extend. It sets the validity left,
-// until the earlier of the old deadline and until, the extend's, with the
-// holds and token the Lock has (see "repair" in scripts.lua). Without it
-// a long-held lock would erode one restart at a time. Repairing does not
-// count toward the extend; a lock that has expired, was lost or released
-// is not repaired; what it sets, the Lock's release deletes. It blocks
+// without it. The master restarted empty, or the key expired there. It
+// runs once a quorum of the others decided the extend. It sets the
+// validity left, until the earlier of the old deadline and until, the
+// extend's. It sets the holds and token the Lock has. Without repair, a
+// long-held lock would erode one restart at a time. Repairing does not
+// count toward the extend. A lock that has expired, was lost or released
+// is not repaired. What it sets, the Lock's release deletes. It blocks
 // for one call.
 func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64, token uint64) {
 	end := until
@@ -131,7 +132,8 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
 }
 
-// renewal is a running auto-renewal.
+// renewal is a running auto-renewal. Its fields are set by startRenewal,
+// then never changed.
 type renewal struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -153,16 +155,18 @@ func (r *renewal) stop() {
 	<-r.done
 }
 
-// AutoRenew keeps the lock held until its last Release: it extends the lock
-// by its current TTL (the last Extend's, if any) over the quorum once about
-// a third of it has passed, and retries sooner after a failure. A failure on a minority of masters does
-// not matter (the quorum still extends). If renewal cannot reach a quorum
-// before the validity would run out, the lock is lost: Done closes, with
-// the last renewal error in Err; at once where the masters that answered
-// that they do not hold it leave too few for a quorum. The last Release, and Client.Close, stop
-// renewal before they return; no renewal runs after. Calling AutoRenew
-// again, on a closed Client, or while the last Release is under way, is a
-// no-op (a Reenter that comes first keeps renewal running).
+// AutoRenew keeps the lock held until its last Release. It extends the
+// lock by its current TTL (the last Extend's, if any) over the quorum once
+// about a third of it has passed. It retries sooner after a failure. A
+// failure on a minority of masters does not matter: the quorum still
+// extends. If renewal cannot reach a quorum before the validity would run
+// out, the lock is lost. Done then closes, with the last renewal error in
+// Err. The loss comes at once where the masters that answered that they
+// do not hold it leave too few for a quorum. The last Release, and
+// Client.Close, stop renewal before they return; no renewal runs after.
+// Calling AutoRenew again, on a closed Client, or while the last Release
+// is under way, is a no-op. A Reenter that comes first keeps renewal
+// running.
 func (l *Lock) AutoRenew() {
 	if l.check() != nil {
 		return
@@ -175,7 +179,7 @@ func (l *Lock) AutoRenew() {
 	l.report() // the loss startRenewal may have found
 }
 
-// startRenewal starts the renewal goroutine unless the client is closed;
+// startRenewal starts the renewal goroutine unless the client is closed.
 // l.mu must be held. The caller reports what it queues.
 func (l *Lock) startRenewal() {
 	lost := l.watch().done // tracks the lock, so that Client.Close stops the renewal
@@ -239,10 +243,11 @@ func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
 }
 
 // observeHeld reports a renewal's event unless the lock was lost
-// meanwhile (Client.Close, or its validity ran out while the renewal was
-// under way), and reports whether it was. Queued under sigMu, as EventLost
-// is, so that no event of the renewal follows the loss. It runs on the
-// renewal's goroutine: an Observer's panic is dropped.
+// meanwhile. Client.Close may have lost it, or its validity ran out
+// during the renewal. It reports whether the lock is still held. The
+// event is queued under sigMu, as EventLost is, so no event of the
+// renewal follows the loss. It runs on the renewal's goroutine, where an
+// Observer's panic is dropped.
 func (l *Lock) observeHeld(ctx context.Context, kind EventKind, err error) bool {
 	l.sigMu.Lock()
 	held := !l.expireLocked()
@@ -261,8 +266,9 @@ func (l *Lock) currentTTL() time.Duration {
 	return l.ttl
 }
 
-// extendPolicy is an extend's part in its round: once a quorum agreed,
-// it repairs the masters that answered without the lock (see repairOn).
+// extendPolicy is an extend's part in its round. Once a quorum agreed,
+// it repairs the masters that answered without the lock. Its fields are
+// set at creation, then never changed.
 type extendPolicy struct {
 	quorum.NoHooks
 	l     *Lock

@@ -14,14 +14,17 @@ const (
 	gateClosed         // no work enters: operations return ErrClosed
 )
 
-// gate is a Client's lifecycle: open, then closing (Close ends the live
-// locks and their renewals), then closed (no call to the masters starts,
-// and Close waits for those that did). The step to closing is taken under
-// locksMu, which track and addRenewal hold; the step to closed under mu,
-// which enter holds.
+// gate is a Client's lifecycle. It is open, then closing, then closed.
+// At closing, Close ends the live locks and their renewals. At closed, no
+// call to the masters starts, and Close waits for those that did. The
+// step to closing is taken under locksMu, which track and addRenewal
+// hold. So no lock is tracked, and no renewal counted, after it. The step
+// to closed is taken under mu, which enter holds. So no call is counted
+// after it.
 type gate struct {
 	state atomic.Uint32 // gateOpen, gateClosing or gateClosed; only forward
 
+	// locksMu guards locks, and Add on renewals once closing.
 	locksMu  sync.Mutex         // guards locks and the step to closing
 	locks    map[*Lock]struct{} // live locks with a lost-lock signal (see Lock.signal)
 	renewals sync.WaitGroup     // auto-renewal goroutines
@@ -46,8 +49,8 @@ func (g *gate) closing() bool { return g.state.Load() >= gateClosing }
 // closed reports whether work is refused.
 func (g *gate) closed() bool { return g.state.Load() == gateClosed }
 
-// enter counts n calls that Close waits for, unless the Client is closed:
-// then it counts nothing and reports false. Each call ends with leave.
+// enter counts n calls that Close waits for. Once the Client is closed
+// it counts nothing and reports false. Each call ends with leave.
 func (g *gate) enter(n int) bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
@@ -59,7 +62,7 @@ func (g *gate) enter(n int) bool {
 }
 
 // enterHeld counts n more calls, whatever the stage. The caller must hold
-// a count of its own, so that Close is still waiting.
+// a count of its own: Close is then still waiting.
 func (g *gate) enterHeld(n int) { g.inflight.Add(n) }
 
 // leave ends n counted calls.
@@ -76,8 +79,8 @@ func (g *gate) beginClosing() map[*Lock]struct{} {
 	return locks
 }
 
-// close steps to closed, once closing: no work enters from then on, and
-// pending cleanup retries at once.
+// close steps to closed, once closing. No work enters from then on.
+// Pending cleanup retries at once.
 func (g *gate) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -86,10 +89,10 @@ func (g *gate) close() {
 	}
 }
 
-// drain waits for the counted work, once closed. If grace fires first, it
-// gives up: pending cleanup is dropped (abandon), abort drops the calls
-// still queued, and it waits for what is in flight. It reports whether
-// the work ended within grace.
+// drain waits for the counted work, once closed. If grace fires first,
+// it gives up. Pending cleanup is then dropped (abandon), and abort drops
+// the calls still queued. drain still waits for what is in flight. It
+// reports whether the work ended within grace.
 func (g *gate) drain(grace <-chan time.Time, abort func()) bool {
 	done := make(chan struct{})
 	go func() {

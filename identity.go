@@ -24,11 +24,11 @@ var (
 	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
 )
 
-// SameServerError means two masters answered with the same run_id: they
-// are one redis-server (two databases of it, or two addresses of it). In a
+// SameServerError means two masters answered with the same run_id. They
+// are one redis-server: two databases of it, or two addresses of it. In a
 // round where both agreed, only the one heard from first counts toward the
-// quorum, and this is the other one's error (where only one of them agreed,
-// that one counts); Verify reports it for the later of the two. Its text
+// quorum. This is the other one's error. Where only one of them agreed,
+// that one counts. Verify reports it for the later of the two. Its text
 // names the other master. It matches ErrSameServer.
 type SameServerError struct {
 	First, Second         int    // positions in the masters given to New; First < Second
@@ -57,28 +57,29 @@ type serverID struct {
 	// was sent.
 	opened, asked uint64
 	// unknown is why the server could not be identified although it
-	// answered (INFO not allowed, say): it then counts, unchecked.
+	// answered: INFO not allowed, say. It then counts, unchecked.
 	unknown error
 }
 
 // idCache tracks which server a *redis.Client master reaches. The server
-// is asked on first use and again once the client's connection pool has
-// opened a connection since (it may reach another server), so that
-// identifying costs no round trip in the steady state. A role change
+// is asked on first use. It is asked again once the client's connection
+// pool has opened a connection since, as that may reach another server.
+// So identifying costs no round trip in the steady state. A role change
 // without a new connection goes unseen until then, or until Verify. Safe
-// for concurrent use.
+// for concurrent use: current and asked are atomic.
 type idCache struct {
 	client  *redis.Client
 	asked   atomic.Uint64 // bumped by refresh
 	current atomic.Pointer[serverID]
 
+	// mu guards pending.
 	mu      sync.Mutex
 	pending chan struct{} // closed when the INFO in flight is answered
 }
 
-// newIDCache returns the cache of a master whose server can be asked,
-// or nil: only a *redis.Client reaches one server (a Cluster or Ring client
-// reaches several). It installs nothing on the client.
+// newIDCache returns the cache of a master whose server can be asked, or
+// nil. Only a *redis.Client reaches one server; a Cluster or Ring client
+// reaches several. It installs nothing on the client.
 func newIDCache(c redis.Scripter) *idCache {
 	rc, ok := c.(*redis.Client)
 	if !ok {
@@ -87,13 +88,13 @@ func newIDCache(c redis.Scripter) *idCache {
 	return &idCache{client: rc}
 }
 
-// opened returns how many connections the client's main and pipeline pools
-// have opened (scripts run on both; see node.pipe): those they hold plus
-// those they removed (go-redis counts every removal in StaleConns), which
+// opened returns how many connections the client's main and pipeline
+// pools have opened. Scripts run on both. It counts those they hold plus
+// those they removed: go-redis counts every removal in StaleConns. That
 // covers connections dialed on demand and in advance (MinIdleConns).
 // Subscriptions have a pool of their own, which does not count. A clone of
-// the client (WithTimeout) shares the pools. A removal racing with the read
-// may count one too many, which only costs one more INFO.
+// the client (WithTimeout) shares the pools. A removal racing with the
+// read may count one too many, which only costs one more INFO.
 func (id *idCache) opened() uint64 {
 	s := id.client.PoolStats()
 	n := uint64(s.TotalConns) + uint64(s.StaleConns)
@@ -103,10 +104,11 @@ func (id *idCache) opened() uint64 {
 	return n
 }
 
-// get returns the server's identity: the cached one unless the pool opened
-// a connection since it was asked, or refresh was called; else a fresh one.
-// Concurrent callers share one INFO. It blocks for at most two INFO round
-// trips (one in flight, then its own), or until ctx ends.
+// get returns the server's identity. It returns the cached one, unless
+// the pool opened a connection since it was asked, or refresh was called.
+// Else it asks for a fresh one. Concurrent callers share one INFO. It
+// blocks for at most two INFO round trips, one in flight and then its
+// own, or until ctx ends.
 func (id *idCache) get(ctx context.Context) (*serverID, error) {
 	for {
 		if s := id.fresh(); s != nil {
@@ -147,18 +149,18 @@ func (id *idCache) fresh() *serverID {
 }
 
 // known reports whether the server was ever identified, or found to be
-// unidentifiable, without reading the pool's statistics.
+// unidentifiable. It does not read the pool's statistics.
 func (id *idCache) known() bool { return id.current.Load() != nil }
 
 // refresh makes the next get ask the server again.
 func (id *idCache) refresh() { id.asked.Add(1) }
 
-// ask sends INFO (its default sections include server and replication,
-// in every Redis version) through both pools where the scripts run: the
-// main pool (calls sent alone) and the pipeline pool (batches). Both must
-// reach one server. The pools' count is taken first: a connection opened
-// meanwhile, such as the one its own INFO may open, makes it ask again, up
-// to three times; after that, the next get asks again.
+// ask sends INFO through both pools where the scripts run. Its default
+// sections include server and replication, in every Redis version. The
+// main pool sends calls alone; the pipeline pool sends batches. Both must
+// reach one server. The pools' count is taken first. A connection opened
+// meanwhile makes it ask again, such as the one its own INFO may open. It
+// asks up to three times. After that, the next get asks again.
 func (id *idCache) ask(ctx context.Context) (*serverID, error) {
 	for try := 1; ; try++ {
 		s, err := id.askOnce(ctx)
@@ -197,8 +199,8 @@ func (id *idCache) askOnce(ctx context.Context) (*serverID, error) {
 }
 
 // refused reports whether the server answered INFO with an error that
-// will not go away by asking again: no permission (an ACL), or no such
-// command (a proxy).
+// will not go away by asking again. That is no permission (an ACL), or no
+// such command (a proxy).
 func refused(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -218,12 +220,11 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// admit identifies master i after it answered (only then: a connection
-// opened for the call itself must be seen) and returns its run_id ("" if
-// unknown), and why its answer must not count: it is a replica, or it could
-// not be identified. Of two masters that are one server, the round counts
-// one (see round.tallyLocked). It blocks while it asks the server (see
-// idCache.get).
+// admit identifies master i after it answered. Only then is a connection
+// opened for the call itself seen. It returns the run_id ("" if unknown).
+// It also returns why the answer must not count: the master is a replica,
+// or could not be identified. Of two masters that are one server, the
+// round counts one. admit blocks while it asks the server.
 func (c *Client) admit(ctx context.Context, i int) (string, error) {
 	id := c.nodes[i].id
 	if id == nil {
@@ -236,7 +237,7 @@ func (c *Client) admit(ctx context.Context, i int) (string, error) {
 	return judge(s)
 }
 
-// admitKnown is admit without asking the server: known is false where
+// admitKnown is admit without asking the server. known is false where
 // admit would ask it.
 func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
 	id := c.nodes[i].id
@@ -252,7 +253,7 @@ func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
 }
 
 // lastServer returns the run_id of master i as last learned, without
-// asking: "" where it is unknown.
+// asking. It returns "" where it is unknown.
 func (c *Client) lastServer(i int) string {
 	if id := c.nodes[i].id; id != nil {
 		if s := id.current.Load(); s != nil {
@@ -262,8 +263,8 @@ func (c *Client) lastServer(i int) string {
 	return ""
 }
 
-// judge returns the run_id of server s, and why its answer must not count
-// (see admit).
+// judge returns the run_id of server s, and why its answer must not
+// count.
 func judge(s *serverID) (string, error) {
 	if s.role != "" && s.role != "master" {
 		return s.runID, replicaError(s.role)
@@ -273,8 +274,8 @@ func judge(s *serverID) (string, error) {
 
 func replicaError(role string) error { return fmt.Errorf("%w (role %s)", ErrReplica, role) }
 
-// sameServer returns the error of master refused, the same server as
-// master counted, which counts.
+// sameServer returns the error of master refused. It is the same server
+// as master counted, which counts.
 func (c *Client) sameServer(counted, refused int, runID string) *SameServerError {
 	first, second := min(counted, refused), max(counted, refused)
 	return &SameServerError{First: first, Second: second, FirstName: c.nodes[first].name,
@@ -300,32 +301,33 @@ func (e *masterProblem) Error() string {
 func (e *masterProblem) Unwrap() error { return e.err }
 
 // Verify asks every master who it is (INFO: run_id and role), whatever was
-// cached, and reports each master that does not count toward a quorum, or
+// cached. It reports each master that does not count toward a quorum, or
 // may not:
 //   - a replica (wrapping ErrReplica);
 //   - the same server as a master before it (a *SameServerError, matching
 //     ErrSameServer);
-//   - one that cannot be identified, which lock rounds count unchecked: its
-//     client is not a *redis.Client (a Cluster or Ring client reaches
+//   - one that cannot be identified, which lock rounds count unchecked:
+//     its client is not a *redis.Client (a Cluster or Ring client reaches
 //     several servers), it refused INFO (an ACL or a proxy), or its INFO
 //     lacks run_id or role;
 //   - one whose INFO failed or did not answer in time.
 //
-// Later rounds use what it learned: the first one identifies no master
-// again unless its pool opened a connection since (the first round loads
-// the scripts' library, where no LoadScripts did, before it starts, and
-// identifies a master again if that opened one; neither counts toward
-// MasterTimeout). It does not check that the masters are reachable for
-// scripts, nor anything about their data or clocks.
+// Later rounds use what it learned. The first one identifies no master
+// again, unless its pool opened a connection since. Before it starts, the
+// first round loads the scripts' library, where no LoadScripts did. It
+// identifies a master again if that opened a connection. Neither counts
+// toward MasterTimeout. Verify does not check that the masters are
+// reachable for scripts, nor anything about their data or clocks.
 //
-// Verify asks all masters in parallel and blocks until every one answered,
-// for at most 4*MasterTimeout whatever ctx allows (a master that has not
-// answered by then is reported, and its INFO goes on in the background,
-// bounded the same way if its go-redis client has ContextTimeoutEnabled;
-// Close waits for it), or until ctx ends. It returns nil, an error wrapping
-// ErrInvalidArgument for a zero or nil Client, ErrClosed after Close, or one
-// error per master with a problem, joined; each reads
-// "redlock: master <i> (<name>): <problem>". It is safe for concurrent use.
+// Verify asks all masters in parallel. It blocks until every one answered,
+// or until ctx ends. It waits at most 4*MasterTimeout, whatever ctx
+// allows. A master that has not answered by then is reported. Its INFO
+// goes on in the background, bounded the same way if its go-redis client
+// has ContextTimeoutEnabled. Close waits for it. Verify returns nil, an
+// error wrapping ErrInvalidArgument for a zero or nil Client, or ErrClosed
+// after Close. Else it returns one error per master with a problem,
+// joined. Each reads "redlock: master <i> (<name>): <problem>". It is safe
+// for concurrent use.
 func (c *Client) Verify(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
@@ -435,10 +437,11 @@ func missing(s *serverID) string {
 }
 
 // sameAddr returns a key under which two *redis.Client masters that
-// certainly reach the same server (and database) are equal, without I/O:
-// the address with loopback host names ("localhost", "127.0.0.1", "::1",
-// "") made one, IP addresses in canonical form, and the port as a number.
-// It returns "" when there is no fixed TCP address.
+// certainly reach the same server (and database) are equal. It does no
+// I/O. The key is the address with loopback host names made one:
+// "localhost", "127.0.0.1", "::1" and "". IP addresses are in canonical
+// form, and the port is a number. It returns "" when there is no fixed
+// TCP address.
 func sameAddr(o *redis.Options) string {
 	if o.Network == "unix" || o.Addr == "FailoverClient" {
 		return ""

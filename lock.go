@@ -9,6 +9,25 @@ import (
 	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
+// Lock order of package redlock. A goroutine that holds a mutex of this
+// list takes only mutexes further down it:
+//
+//	Lock.mu          a Lock's operations; held across their rounds
+//	Lock.sigMu       a Lock's life, signal, events and late book
+//	gate.locksMu     the live locks, and the step to closing
+//
+// Lock.mu is held across a round, so every mutex that a round or a
+// hand-off takes comes after it. Lock.sigMu calls Client.track and
+// Client.untrack, which take gate.locksMu. The other mutexes are leaves:
+// nothing is taken while one is held. They are gate.mu, watchSet.mu,
+// watch.mu, contestedSet.mu, idCache.mu and preparation.mu. So are the
+// engine's round.mu, cleaner.mu and timeouts.mu, in internal/quorum.
+// watchSet.mu and watch.mu are never held together.
+//
+// Two calls out are never made under Lock.sigMu: I/O, and the Observer.
+// report lets sigMu go around each event. Lock.mu is held while a round
+// calls the Observer, so an Observer must not call back into the Lock.
+
 // Lock is a lock held on a quorum of masters: one exclusive acquisition,
 // or an owner's holds on a reentrant, read or write lock. It is safe for
 // concurrent use; its operations run one at a time. Locks come from a
@@ -22,28 +41,31 @@ type Lock struct {
 	ttl   time.Duration
 	holds int
 	renew *renewal
-	// stopping: the last Release is stopping renewal, with mu let go;
-	// AutoRenew then starts none (see release).
+	// stopping: the last Release is stopping renewal, with mu let go.
+	// AutoRenew then starts none.
 	stopping bool
 	// quick: the first acquire was decided within a quarter of
-	// MasterTimeout and an eighth of the TTL (see release). Set before
-	// the Lock is returned.
+	// MasterTimeout and an eighth of the TTL. Set before the Lock is
+	// returned.
 	quick bool
 
-	// repaired: a repair was sent (see repairOn). Stored before the
-	// repair reads the life's stage, which the last release stores
-	// before its round: the release sees repaired, or the repair sees
-	// the release.
+	// repaired: a repair was sent. Atomic: repairOn stores it before it
+	// reads the life's stage. The last release stores the stage before
+	// its round. So the release sees repaired, or the repair sees the
+	// release.
 	repaired atomic.Bool
 	// unsent: the masters where the first acquire was surely not sent
-	// (bit i for master i); releases skip them (see releaseSkip).
+	// (bit i for master i). Releases skip them. Atomic: the acquire's
+	// pipelines set bits while the round runs.
 	unsent atomic.Uint64
 	// longest is the longest TTL a call of this Lock asked a master to
-	// set, failed Extends included: a key may live that long, so cleanups
-	// are retried, and release markers kept, for that long. Written under
-	// mu.
+	// set, failed Extends included. A key may live that long, so cleanups
+	// are retried and release markers kept for that long. Written under
+	// mu; atomic, as cleanups read it without mu.
 	longest atomic.Int64
 
+	// sigMu guards the fields below. life's atomics are also read
+	// without it.
 	sigMu sync.Mutex  // guards life's changes, sig, queue and late; never held across I/O
 	life  life        // held, lost or released; read without sigMu too
 	sig   *lostSignal // made on first use (see signal)
@@ -51,8 +73,9 @@ type Lock struct {
 	late  lateBook    // the first acquire's late agreements, the last release's misses
 }
 
-// lockID is what identifies a Lock: set before the Lock is returned (the
-// token once the acquire is decided), then never changed.
+// lockID is what identifies a Lock. It is set before the Lock is
+// returned, then never changed. The token is set once the acquire is
+// decided.
 type lockID struct {
 	client *Client
 	mode   *mode
@@ -61,15 +84,14 @@ type lockID struct {
 	nonce  string // random per Lock: see scripts.lua
 	keys   pipeline.Keys
 	token  uint64
-	// boxed holds, boxed once, the arguments that args sends again and
-	// again.
+	// boxed holds the arguments that args sends again and again. They
+	// are boxed once, to save an allocation per call.
 	boxed struct {
 		value, nonce, writeWait, ttlMs any
 		ttl                            time.Duration // the first TTL, of ttlMs
 	}
-	// writeWait > 0: a write lock whose attempts keep new readers out for
-	// that long while readers hold it (see rwmutex.Options.WriteWait and
-	// markerTTL).
+	// writeWait > 0: a write lock whose attempts keep new readers out
+	// for that long while readers hold it.
 	writeWait time.Duration
 }
 
@@ -81,15 +103,15 @@ const (
 )
 
 // life is a Lock's lifecycle: held until its deadline, then lost with a
-// cause, or released. It changes only under Lock.sigMu, in one step with
-// the signal and the events it queues. Held, and the rounds' late hooks,
-// read until and stage without the lock.
+// cause, or released. It changes only under Lock.sigMu. The signal and
+// the events change in the same step. Held and the rounds' late hooks
+// read until and stage without the mutex: those two are atomic.
 type life struct {
 	until atomic.Int64  // the deadline, in ns since client.epoch; 0 before and after
 	stage atomic.Uint32 // stageHeld, stageLost or stageReleased; never back to held
 	cause error         // why Done closed: set with lost or released
-	// wasLost: the lock was lost before its last hold was released
-	// (Event.WasLost).
+	// wasLost: the lock was lost before its last hold was released.
+	// Event.WasLost reports it. Guarded by sigMu.
 	wasLost bool
 }
 
@@ -97,7 +119,7 @@ type life struct {
 func (s *life) ended() bool { return s.stage.Load() != stageHeld }
 
 // lateBook pairs, per master, the first acquire's late agreements with the
-// last release's misses (see Lock.meet). Bit i is master i.
+// last release's misses. Bit i is master i. Guarded by Lock.sigMu.
 type lateBook struct {
 	agreed  uint64 // agreed to the first acquire after its decision
 	missed  uint64 // the last release found nothing there
@@ -137,16 +159,16 @@ func (l *Lock) Value() string {
 	return l.value
 }
 
-// Token returns the fencing token of this acquisition: larger than every
-// token handed out before for the same lock name while the masters keep
-// the name's counter, which lives as long as the lock's key (the TTL of
-// its last acquire or extend). Once a counter is lost (a master restarted
-// without persistence, or the name went unused that long), later tokens
-// are larger only if the masters' clocks agree and the name's TTLs are
-// within a factor of two (README, assumption 4). Hand it to the resource
-// the lock protects, which must reject a token lower than one it has
-// already seen. Re-entering keeps the token. It is 0 for read locks and
-// with Options.NoFencing.
+// Token returns the fencing token of this acquisition. It is larger than
+// every token handed out before for the same lock name, while the masters
+// keep the name's counter. The counter lives as long as the lock's key:
+// the TTL of its last acquire or extend. A counter is lost when a master
+// restarts without persistence, or when the name goes unused that long.
+// Later tokens are then larger only if the masters' clocks agree and the
+// name's TTLs are within a factor of two (README, assumption 4). Hand the
+// token to the resource the lock protects. It must reject a token lower
+// than one it has already seen. Re-entering keeps the token. It is 0 for
+// read locks and with Options.NoFencing.
 func (l *Lock) Token() uint64 {
 	if l == nil {
 		return 0
@@ -175,17 +197,17 @@ func (l *Lock) Until() time.Time {
 	return l.client.epoch.Add(time.Duration(l.life.until.Load()))
 }
 
-// Held reports whether the lock is still held: its validity has not run
-// out, and it was neither released nor lost (Done is open) nor its Client
-// closed.
+// Held reports whether the lock is still held. Its validity has not run
+// out, it was neither released nor lost (Done is open), and its Client
+// is not closed.
 func (l *Lock) Held() bool {
 	return l.check() == nil && !l.life.ended() && !l.client.gate.closing() && time.Now().Before(l.Until())
 }
 
-// setUntil moves the deadline to t, unless the lock was already lost, or
-// its validity ran out before (even if nobody watched): then it returns
-// why, and Done and Held stay consistent. The caller reports the
-// EventLost it may queue.
+// setUntil moves the deadline to t. It refuses if the lock was lost, or
+// if its validity ran out before, even unwatched. It then returns why,
+// so that Done and Held stay consistent. The caller reports the EventLost
+// it may queue.
 func (l *Lock) setUntil(t time.Time) error {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
@@ -210,11 +232,11 @@ func (l *Lock) box() {
 }
 
 // markerTTL is how long a waiting writer's attempt keeps new readers out
-// on a master: writeWait from the end of its round, and until its next
-// attempt reaches the master if that comes within writeWait. After the
-// master set the marker, the round may take MasterTimeout to be decided
-// and another to undo what it took, and the next attempt's call as long
-// to reach the master.
+// on a master. It covers writeWait from the end of the attempt's round.
+// It also lasts until the next attempt reaches the master, if that comes
+// within writeWait. After the master sets the marker, the round may take
+// MasterTimeout to be decided. The undo may take another MasterTimeout,
+// and the next attempt's call as long again.
 func (l *Lock) markerTTL() time.Duration {
 	if l.writeWait <= 0 {
 		return 0
@@ -225,8 +247,8 @@ func (l *Lock) markerTTL() time.Duration {
 	return l.writeWait // whole centuries: the sum overflows
 }
 
-// sendsTTL records that a call is about to ask the masters for ttl (see
-// longest). l.mu must be held.
+// sendsTTL records that a call is about to ask the masters for ttl.
+// l.mu must be held.
 func (l *Lock) sendsTTL(ttl time.Duration) {
 	if int64(ttl) > l.longest.Load() {
 		l.longest.Store(int64(ttl))

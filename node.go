@@ -21,11 +21,11 @@ import (
 //go:embed scripts.lua
 var scriptsLua string
 
-// Scripts compiled from scripts.lua. Their SHA1 is computed once here; each
-// master caches the script body on first use (EVALSHA falls back to EVAL on
-// NOSCRIPT, which also covers a master that restarted and lost its cache).
-// Where a master takes Redis Functions, the same scripts run as the
-// functions of one library instead (see splitScripts).
+// Scripts compiled from scripts.lua. Their SHA1 is computed once here.
+// Each master caches the script body on first use. EVALSHA falls back to
+// EVAL on NOSCRIPT, which also covers a master that lost its cache. Where
+// a master takes Redis Functions, the same scripts run as the functions
+// of one library instead.
 var (
 	scripts, functions = splitScripts(scriptsLua)
 	fenceScript        = scripts.get("fence")
@@ -46,8 +46,8 @@ var (
 )
 
 // keys returns the keys of the lock named key, in the order scripts.lua
-// expects: the lock's main key (see lockKey), then that key with a suffix.
-// They all hash to one Redis Cluster slot.
+// expects: the lock's main key, then that key with a suffix. They all
+// hash to one Redis Cluster slot.
 func (m *mode) keys(prefix, key string) []string {
 	k := lockKey(prefix + key)
 	if !m.rw {
@@ -59,16 +59,17 @@ func (m *mode) keys(prefix, key string) []string {
 // lockKey returns the main key of the lock named name (prefix and key),
 // which is also the channel its releases are published on.
 //
-// Redis Cluster hashes only a key's tag, from its first '{' to the next '}',
-// if that is not empty. The key is "{name}" (tag: name up to its first '}'),
-// unless name starts with '}': the tag would be empty and the keys of one
-// lock would hash to different slots. Such a name gets "}{tag}name}", where
-// tag is name with each '}' replaced by ')'. The keys of distinct names never
-// collide: only the second form starts with '}', and in it the first '}' ends
-// the tag; every key is lockKey's, which ends with '}', followed by a suffix
-// without '}' (":r", ":rn", ":ww", ":rh", or ":gone:" and a nonce, which may
-// hold no '}': see Client.value), so the last '}' of a key tells its name
-// from its suffix.
+// Redis Cluster hashes only a key's tag, from its first '{' to the next
+// '}', if that is not empty. The key is "{name}", whose tag is name up to
+// its first '}'. A name that starts with '}' would make the tag empty.
+// The keys of one lock would then hash to different slots. Such a name
+// gets "}{tag}name}", where tag is name with each '}' replaced by ')'.
+//
+// The keys of distinct names never collide. Only the second form starts
+// with '}', and in it the first '}' ends the tag. Every key is lockKey's,
+// which ends with '}', followed by a suffix without '}'. The suffixes are
+// ":r", ":rn", ":ww", ":rh", or ":gone:" and a nonce, which may hold no
+// '}'. So the last '}' of a key tells its name from its suffix.
 func lockKey(name string) string {
 	if !strings.HasPrefix(name, "}") {
 		return "{" + name + "}"
@@ -80,13 +81,14 @@ type scriptSet map[string]*redis.Script
 
 // splitScripts cuts src into the sections that start with "--- name". A
 // section "--- name @a @b" starts with the text of sections "@a" and "@b",
-// which must come before it; sections named "@..." are only such helpers.
+// which must come before it. Sections named "@..." are only such helpers.
 //
-// It also returns the scripts as a library of Redis Functions: every
-// helper once, then a function per script whose body is the script's own
-// text, with KEYS and ARGV as its parameters. The library and its
-// functions are named after a hash of their code, so that clients of
-// different versions share a master without replacing each other's.
+// It also returns the scripts as a library of Redis Functions. The library
+// holds every helper once, then a function per script. A function's body
+// is the script's own text, with KEYS and ARGV as its parameters. The
+// library and its functions are named after a hash of their code. So
+// clients of different versions share a master without replacing each
+// other's.
 func splitScripts(src string) (scriptSet, *pipeline.Functions) {
 	set, libs := scriptSet{}, map[string]string{}
 	var names []string                // scripts, in order
@@ -160,7 +162,8 @@ func (s scriptSet) get(name string) *redis.Script {
 	return sc
 }
 
-// node is one master. It is safe for concurrent use.
+// node is one master. It is safe for concurrent use. New sets its fields,
+// then they never change.
 type node struct {
 	name    string
 	client  redis.Scripter
@@ -170,21 +173,21 @@ type node struct {
 	prep    *preparation       // its setup under way, if any (see Client.prepare)
 }
 
-// eval runs s on the master, through its pipeline, and waits for its reply
-// or for ctx to end (see pipeline.Run): mustSend calls are never refused
-// nor dropped, and sent even if ctx ends first. Every script replies with
-// an integer (a fencing token as decimal text) that is positive where the
-// master agreed; err reports a master that gave no usable answer (network
-// error, timeout, Redis error), or a call not sent (matching
-// pipeline.ErrNotSent).
+// eval runs s on the master, through its pipeline, and waits for its
+// reply or for ctx to end. mustSend calls are never refused nor dropped,
+// and are sent even if ctx ends first. Every script replies with an
+// integer, or a fencing token as decimal text. It is positive where the
+// master agreed. err reports a master that gave no usable answer: a
+// network error, a timeout, a Redis error. It also reports a call not
+// sent, matching pipeline.ErrNotSent.
 func (n *node) eval(ctx context.Context, s *redis.Script, keys pipeline.Keys, args []any, mustSend bool) (int64, error) {
 	v, err := n.pipe.Run(ctx, s, keys, args, mustSend)
 	return v, closedError(err)
 }
 
-// closedError returns err, matching ErrClosed too where the pipeline was
-// closed, and naming a connection that closed or was refused (see
-// connError).
+// closedError returns err. Where the pipeline was closed, err matches
+// ErrClosed too. A connection that closed or was refused gets plain
+// words.
 func closedError(err error) error {
 	switch {
 	case err == nil:
@@ -205,9 +208,10 @@ func closedError(err error) error {
 	return err
 }
 
-// connError is a master's network error in plain words: a bare "EOF" does
-// not say that the master closed the connection, and a dial error repeats
-// the master's address. errors.Is and errors.As reach the error itself.
+// connError is a master's network error in plain words. A bare "EOF"
+// does not say that the master closed the connection. A dial error
+// repeats the master's address. errors.Is and errors.As reach the error
+// itself.
 type connError struct {
 	what string
 	err  error
@@ -216,8 +220,8 @@ type connError struct {
 func (e *connError) Error() string { return e.what }
 func (e *connError) Unwrap() error { return e.err }
 
-// masterName names a master in errors: its address where the client tells
-// it, otherwise its position.
+// masterName names a master in errors: its address where the client
+// tells it, otherwise its position.
 func masterName(c redis.Scripter, i int) string {
 	switch c := c.(type) {
 	case *redis.Client:

@@ -7,30 +7,31 @@ import (
 
 // Observer receives every quorum round a Client runs and the lifecycle
 // events of its locks (Options.Observer). Its methods are called
-// synchronously, on the goroutine that decided the round or saw the event:
-// the caller's, or the library's own (auto-renewal, the expiry timer). They
-// may be called concurrently, and must be fast and must not call back into
-// the Client nor its Locks. ctx is the caller's context of the operation,
-// for tracing; it may have ended.
+// synchronously, on the goroutine that decided the round or saw the
+// event. That is the caller's, or the library's own (auto-renewal, the
+// expiry timer). They may be called concurrently. They must be fast and
+// must not call back into the Client nor its Locks. ctx is the caller's
+// context of the operation, for tracing; it may have ended.
 //
 // They must not panic. ObserveRound, EventAcquired and EventWaited are
-// reported on the goroutine of the call they describe: a panic there
-// reaches the caller (an Acquire that panics releases the lock it got).
-// The other events are queued when the Lock's state changes and may be
-// reported on another goroutine, the library's own included: a panic in
-// one of them is recovered and dropped, so that the state stays consistent
-// and the process lives. So is a panic in a round of the renewal.
+// reported on the goroutine of the call they describe. A panic there
+// reaches the caller; an Acquire that panics releases the lock it got.
+// The other events are queued when the Lock's state changes. They may be
+// reported on another goroutine, the library's own included. A panic in
+// one of them is recovered and dropped, so that the state stays
+// consistent and the process lives. So is a panic in a round of the
+// renewal.
 //
 // They should not block. A Lock's events are reported outside its
 // mutexes, so a blocked Observer does not hold up Done, Err, Context or
-// Held. It holds up the goroutine it blocks: an operation of the Lock on
-// the caller's goroutine, or the Lock's renewal, which Release and
-// Client.Close wait for. It also holds up the Lock's later events, which
-// are reported after it, in order, by the goroutine it blocks.
+// Held. It holds up the goroutine it blocks. That is an operation of the
+// Lock on the caller's goroutine, or the Lock's renewal, which Release
+// and Client.Close wait for. It also holds up the Lock's later events.
+// The goroutine it blocks reports them after it, in order.
 //
 // One Lock's events come in order. Those of different Locks, even of one
-// key in one process, need not: a last release hands the lock on to the
-// process's next waiter before its round is decided, so the next holder's
+// key in one process, need not. A last release hands the lock on to the
+// process's next waiter before its round is decided. So the next holder's
 // EventAcquired may come before the previous holder's EventReleased. Order
 // one key's holders by Token, not by arrival. Without an Observer (the
 // default) nothing is measured.
@@ -50,13 +51,14 @@ type Round struct {
 	// Validity is what a successful acquire, extend or renew left of the
 	// TTL; 0 otherwise.
 	Validity time.Duration
-	// Masters are the masters as the decider saw them: a master that had
+	// Masters are the masters as the decider saw them. A master that had
 	// not answered yet has ErrNoReply (or ErrMasterTimeout after the
 	// deadline) and Latency 0.
 	Masters []MasterResult
 	// Token is the largest fencing token the agreeing masters of a
-	// successful acquire handed out, the Lock's token unless a raise round
-	// ("fence") follows; 0 otherwise. (EventAcquired has the final one.)
+	// successful acquire handed out; 0 otherwise. It is the Lock's token
+	// unless a raise round ("fence") follows. EventAcquired has the final
+	// one.
 	Token uint64
 	// Err is the round's *QuorumError, nil if the quorum agreed.
 	Err error
@@ -70,9 +72,9 @@ const (
 	// EventAcquired: an acquire (or a write or read acquire) succeeded;
 	// Token and Until are set.
 	EventAcquired EventKind = iota + 1
-	// EventWaited: a blocking Lock of package mutex or rwmutex found the
-	// lock held, or its process's turn for the lock taken, and waited;
-	// Wait is how long, Err why it stopped without the lock (nil if it got
+	// EventWaited: a blocking Lock of package mutex or rwmutex waited. It
+	// found the lock held, or its process's turn for the lock taken. Wait
+	// is how long. Err is why it stopped without the lock (nil if it got
 	// it).
 	EventWaited
 	// EventRenewed: auto-renewal extended the lock; Until is the new
@@ -111,8 +113,8 @@ type Event struct {
 	Err     error
 }
 
-// observe reports an event of l, if the client has an Observer, at once.
-// Only for events that no other of l's can precede (EventAcquired).
+// observe reports an event of l at once, if the client has an Observer.
+// It is only for events that no other of l's can precede (EventAcquired).
 func (l *Lock) observe(ctx context.Context, kind EventKind, err error) {
 	if o := l.client.observer; o != nil {
 		o.ObserveEvent(ctx, l.event(kind, err))
@@ -144,9 +146,9 @@ type eventQueue struct {
 	reporting bool // a goroutine is reporting them (see report)
 }
 
-// queueLocked queues an event of l, if the client has an Observer; the
-// caller reports it once it has let go of sigMu (see report). Queued
-// under sigMu, l's events keep the order of the changes they tell of.
+// queueLocked queues an event of l, if the client has an Observer. The
+// caller reports it once it has let go of sigMu. Queued under sigMu, l's
+// events keep the order of the changes they tell of.
 func (l *Lock) queueLocked(ctx context.Context, kind EventKind, err error) {
 	if l.client.observer != nil {
 		l.queue.events = append(l.queue.events, queuedEvent{ctx, l.event(kind, err)})
@@ -154,11 +156,11 @@ func (l *Lock) queueLocked(ctx context.Context, kind EventKind, err error) {
 }
 
 // report hands l's queued events to the Observer, in order, on this
-// goroutine; if another goroutine is already doing so, it leaves them to
-// that one and returns at once. It calls the Observer without sigMu, so
-// that a blocked Observer does not block Done, Err or Client.Close. A
-// panic of the Observer is recovered and dropped: the event may not be
-// this goroutine's.
+// goroutine. If another goroutine is already doing so, report leaves them
+// to it and returns at once. It calls the Observer without sigMu, so that
+// a blocked Observer does not block Done, Err or Client.Close. A panic of
+// the Observer is recovered and dropped: the event may not be this
+// goroutine's.
 func (l *Lock) report() {
 	o := l.client.observer
 	if o == nil {
@@ -202,9 +204,9 @@ func observeEvent(o Observer, q queuedEvent) {
 
 type backgroundKey struct{}
 
-// inBackground marks ctx as that of a goroutine of the library's own
-// (auto-renewal), whose rounds' Observer panics are dropped (see
-// observeRound); its events' are dropped by report's callers there.
+// inBackground marks ctx as that of the library's own goroutine, the
+// auto-renewal. observeRound drops the Observer's panics there. report
+// drops those of its events.
 func inBackground(ctx context.Context) context.Context {
 	return context.WithValue(ctx, backgroundKey{}, true)
 }

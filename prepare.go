@@ -9,9 +9,10 @@ import (
 )
 
 // preparation is the setup of one master that the calls of a round must
-// not wait for: opening its connections, loading the functions' library,
-// identifying the server. At most one is under way per master.
+// not wait for. Setup opens its connections, loads the functions' library
+// and identifies the server. At most one is under way per master.
 type preparation struct {
+	// mu guards done and ended.
 	mu    sync.Mutex
 	done  chan struct{} // closed when the one under way ends; nil if none
 	ended time.Time     // when the last one ended
@@ -21,27 +22,27 @@ type preparation struct {
 // background while a quorum is ready without it (a dead master, say).
 const retryPreparation = time.Second
 
-// unprepared reports whether master i has setup to do before an acquire:
-// its library's load is due (see pipeline.ProbeDue), or its server was
-// never identified, which opens the connections it lacks. Two atomic loads
-// in the steady state: no PoolStats, which allocates, on every acquire.
+// unprepared reports whether master i has setup to do before an acquire.
+// Its library's load may be due. Or its server was never identified,
+// which also opens the connections it lacks. It costs two atomic loads in
+// the steady state. It never calls PoolStats, which allocates.
 func (c *Client) unprepared(i int) bool {
 	nd := &c.nodes[i]
 	return nd.id != nil && !nd.id.known() || nd.pipe.ProbeDue()
 }
 
-// prepare does the masters' setup before an acquire's round starts, so
-// that it does not count toward the round's MasterTimeout: a fresh
-// client's first acquire is then decided like any other. (A round after a
-// pool opened a connection still identifies that master within it.)
+// prepare does the masters' setup before an acquire's round starts. So
+// setup does not count toward the round's MasterTimeout, and a fresh
+// client's first acquire is decided like any other. A round after a pool
+// opened a connection still identifies that master within the round.
 //
 // While fewer than a quorum of masters are ready, it waits for their
-// setup, then for the others twice as long as that took (at least
-// quorum.MinStragglerWait), for at most lateCallFactor*MasterTimeout in all, or
-// until ctx ends. Setup still under way then goes on in the background,
-// under the same bound, and Close waits for it. Where a quorum is ready
-// it waits for nothing, and starts a master's setup in the background at
-// most once per retryPreparation.
+// setup. It then waits for the others twice as long as that took, at
+// least quorum.MinStragglerWait. It waits lateCallFactor*MasterTimeout in
+// all at most, or until ctx ends. Setup still under way then goes on in
+// the background, under the same bound, and Close waits for it. Where a
+// quorum is ready, prepare waits for nothing. It then starts a master's
+// setup in the background at most once per retryPreparation.
 func (c *Client) prepare(ctx context.Context) {
 	var todo uint64 // masters with setup to do
 	ready := len(c.nodes)
@@ -73,8 +74,8 @@ func (c *Client) prepare(ctx context.Context) {
 	}
 }
 
-// awaitPreparation waits for the setups whose ends are dones, with ready
-// masters ready already, as prepare says.
+// awaitPreparation waits for the setups whose ends are dones. ready
+// masters are ready already. It waits as prepare says.
 func (c *Client) awaitPreparation(ctx context.Context, dones []<-chan struct{}, ready int) {
 	stop := make(chan struct{})
 	defer close(stop)
@@ -110,10 +111,10 @@ func (c *Client) awaitPreparation(ctx context.Context, dones []<-chan struct{}, 
 	}
 }
 
-// startPreparation starts the setup of master i, unless one is under way,
-// and returns a channel closed when it ends. Unless needed, it starts none
-// within retryPreparation of the last one's end, and may return nil. The
-// caller must hold a count in c.gate.
+// startPreparation starts the setup of master i, unless one is under
+// way. It returns a channel closed when the setup ends. Unless needed, it
+// starts none within retryPreparation of the last one's end. It may then
+// return nil. The caller must hold a count in c.gate.
 func (c *Client) startPreparation(i int, needed bool) <-chan struct{} {
 	nd := &c.nodes[i]
 	p := nd.prep
@@ -130,8 +131,8 @@ func (c *Client) startPreparation(i int, needed bool) <-chan struct{} {
 	c.gate.enterHeld(1)
 	go func() {
 		defer c.gate.leave(1)
-		// Shared by the rounds that wait for it: no caller's context
-		// ends it, only its bound or Close giving up.
+		// Shared by the rounds that wait for it. So no caller's context
+		// ends it; only its bound or Close giving up does.
 		ctx, cancel := context.WithTimeout(context.Background(), lateCallFactor*c.masterTimeout)
 		defer cancel()
 		defer context.AfterFunc(c.gate.abandon, cancel)()

@@ -10,6 +10,7 @@ import (
 )
 
 // op is one operation: the spec of its round, and what its errors say.
+// Its fields are set before its round, then never changed.
 type op struct {
 	name     string // "acquire", "extend", "release": for errors
 	key      string // the caller's key, for errors
@@ -32,11 +33,11 @@ const replyUpgrade = -1
 // refused while the Lock held the lock.
 const replyWaited = 2
 
-// do runs o's round (see quorum.Engine.Do): it returns once a quorum has
-// agreed or can no longer agree, at the latest MasterTimeout after the
-// round starts or when ctx ends. A failed round is undone where o has an
-// undo. It reports the round to the Observer, and returns a *QuorumError
-// on failure, or ErrClosed once Close has begun.
+// do runs o's round. It returns once a quorum has agreed or can no longer
+// agree: at the latest MasterTimeout after the round starts, or when ctx
+// ends. A failed round is undone where o has an undo. do reports the
+// round to the Observer. It returns a *QuorumError on failure, or
+// ErrClosed once Close has begun.
 func (c *Client) do(ctx context.Context, o *op) (quorum.Outcome, error) {
 	res, err := c.engine.Do(ctx, &o.Spec)
 	if err != nil {
@@ -59,8 +60,8 @@ func (c *Client) do(ctx context.Context, o *op) (quorum.Outcome, error) {
 }
 
 // observeRound reports a decided round to the Observer. qe is the round's
-// error, nil if it succeeded. On the renewal's goroutine (see
-// inBackground) the Observer's panic is dropped, so that renewal goes on.
+// error, nil if it succeeded. On the renewal's goroutine the Observer's
+// panic is dropped, so that renewal goes on.
 func (c *Client) observeRound(ctx context.Context, o *op, res quorum.Outcome, qe *QuorumError) {
 	if isBackground(ctx) {
 		defer func() { _ = recover() }()
@@ -87,10 +88,10 @@ func isReply(err error) bool {
 }
 
 // quorumError describes a failed round from what the decider saw. A
-// master that had not answered is reported with ErrMasterTimeout if the
-// round's deadline decided it, else ErrNoReply (or the caller's context
-// error). An extend or release wraps ErrNotHeld only where the refusals
-// or the validity prove the lock lost, else ErrNoQuorum.
+// master that had not answered gets ErrMasterTimeout if the round's
+// deadline decided it. Else it gets ErrNoReply, or the caller's context
+// error. An extend or release wraps ErrNotHeld only where the refusals or
+// the validity prove the lock lost. Else it wraps ErrNoQuorum.
 func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *QuorumError {
 	e := &QuorumError{
 		Op:       o.name,
@@ -114,11 +115,11 @@ func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *Qu
 	return e
 }
 
-// masterResults reports each master as the decider saw it: what a master
-// that had not answered missed is ctxErr if set, else ErrMasterTimeout if
-// the round timed out, else ErrNoReply; an agreement heard only after the
-// decision did not count (errAgreedLate). It also counts the agreements
-// and the upgrade replies.
+// masterResults reports each master as the decider saw it. A master that
+// had not answered gets ctxErr if set. Else it gets ErrMasterTimeout if
+// the round timed out, else ErrNoReply. An agreement heard only after the
+// decision did not count: it gets errAgreedLate. masterResults also counts
+// the agreements and the upgrade replies.
 func (c *Client) masterResults(o *op, res quorum.Outcome, ctxErr error) (ms []MasterResult, agreed, upgrades int) {
 	ms = make([]MasterResult, len(c.nodes))
 	for i := range c.nodes {

@@ -9,10 +9,11 @@
 //
 //	validity = TTL - elapsed - (TTL*DriftFactor + 2ms)
 //
-// The guarantee rests on assumptions: the masters' clocks run at about the
-// same rate as the client's (within DriftFactor), the holder does not pause
-// for longer than its validity, and a master that lost its data (restart
-// without persistence) stays out of service for longer than the longest TTL.
+// The guarantee rests on three assumptions. The masters' clocks run at
+// about the same rate as the client's (within DriftFactor). The holder
+// does not pause for longer than its validity. A master that lost its data
+// (restart without persistence) stays out of service for longer than the
+// longest TTL.
 package redlock
 
 import (
@@ -34,7 +35,8 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-// maxMasters bounds the masters of a Client (see Lock.lateAgreement).
+// maxMasters bounds the masters of a Client: per-master sets are bits of
+// a uint64.
 const maxMasters = 64
 
 // Defaults of Options.
@@ -54,85 +56,87 @@ type Options struct {
 	// Default: len(masters)/2 + 1.
 	Quorum int
 
-	// MasterTimeout bounds the wait for every master, so that a dead or paused
-	// master cannot hold an operation back: a master that has not answered
-	// by then counts as failed. Its call may go on in the background for up
-	// to 4*MasterTimeout (a release must still reach it, and a call cut off
-	// mid-reply costs its connection); cleanup (the undo of a failed
-	// acquire, the last release) is then retried in the background, each
-	// try bounded by 4*MasterTimeout, until the master answers or the key
-	// would have expired (see Client.Close). Keep it small compared with the
-	// TTLs you use (the Redlock paper suggests 5-50ms for a 10s TTL); a TTL
-	// must be longer than it. It must be at least 1ms. For the in-flight call itself to stop at the
-	// timeout, build the go-redis clients with ContextTimeoutEnabled: true;
+	// MasterTimeout bounds the wait for every master, so that a dead or
+	// paused master cannot hold an operation back. A master that has not
+	// answered by then counts as failed. Its call may go on in the
+	// background for up to 4*MasterTimeout: a release must still reach it,
+	// and a call cut off mid-reply costs its connection. Cleanup (the undo
+	// of a failed acquire, the last release) is then retried in the
+	// background. Each try is bounded by 4*MasterTimeout. Retries go on
+	// until the master answers or the key would have expired (see
+	// Client.Close).
+	// Keep it small compared with the TTLs you use: the Redlock paper
+	// suggests 5-50ms for a 10s TTL. A TTL must be longer than it. It must
+	// be at least 1ms. For the in-flight call itself to stop at the
+	// timeout, build the go-redis clients with ContextTimeoutEnabled: true.
 	// redlock decides at the timeout either way.
 	// It counts from when a round starts. An acquire sets the masters up
-	// before its round (their first connections, the load of the scripts'
-	// library, the identification of each server: see New), so that a
-	// fresh client's first acquire is decided like any later one; that
-	// wait is bounded by 4*MasterTimeout (see Client.Acquire).
+	// before its round: their first connections, the load of the scripts'
+	// library, the identification of each server. So a fresh client's
+	// first acquire is decided like any later one. That wait is bounded by
+	// 4*MasterTimeout.
 	// Default: 50ms (DefaultMasterTimeout).
 	MasterTimeout time.Duration
 
 	// DriftFactor is the share of the TTL set aside for clock drift between
-	// the client and the masters; 2ms (Redis' expiry precision plus a
-	// minimum drift) are always added. It must be in (0, 1), or -1 for
-	// none (the 2ms only). Default: 0.01 (DefaultDriftFactor).
+	// the client and the masters. 2ms are always added: Redis' expiry
+	// precision plus a minimum drift. It must be in (0, 1), or -1 for none
+	// (the 2ms only). Default: 0.01 (DefaultDriftFactor).
 	DriftFactor float64
 
-	// KeyPrefix is prepended to every lock name; any string works, braces
-	// included. The keys of the lock named n (KeyPrefix+key) are "{n}"
-	// (and "{n}:r", ":rn", ":ww", ":rh" for read-write locks, and release
-	// markers "{n}:gone:<nonce>"): they share
-	// the Redis Cluster hash tag n. A name that starts with '}' would make
-	// that tag empty, so its keys are "}{t}n}" and so on, where t is n with
-	// each '}' replaced by ')'.
+	// KeyPrefix is prepended to every lock name. Any string works, braces
+	// included. The keys of the lock named n (KeyPrefix+key) are "{n}",
+	// "{n}:r", ":rn", ":ww" and ":rh" for read-write locks, and release
+	// markers "{n}:gone:<nonce>". They share the Redis Cluster hash tag n.
+	// A name that starts with '}' would make that tag empty. So its keys
+	// are "}{t}n}" and so on, where t is n with each '}' replaced by ')'.
 	// Default: "" (keys are used as given).
 	KeyPrefix string
 
-	// NoFencing turns fencing tokens off: Lock.Token returns 0, and a
-	// released lock leaves no counter on the masters (a counter that a
-	// fenced client left under the name is kept; release markers, which
-	// expire with the TTL, are left either way: see scripts.lua). With
-	// fencing (the default) the last release leaves the lock's key holding
-	// its counter for the rest of the key's TTL, and an acquisition fails
-	// unless it is decided within a quarter of its TTL: keep TTLs above
-	// 4*MasterTimeout, so that a slow master cannot make every acquisition
-	// fail. Tokens are microseconds of the masters' clocks, or larger (a
-	// hybrid logical clock: see "Fencing tokens" in README.md for what they
-	// guarantee); they are exact up to the largest int64, beyond which a
-	// master refuses the acquire.
+	// NoFencing turns fencing tokens off. Lock.Token then returns 0, and a
+	// released lock leaves no counter on the masters. A counter that a
+	// fenced client left under the name is kept. Release markers, which
+	// expire with the TTL, are left either way (see scripts.lua).
+	// With fencing (the default) the last release leaves the lock's key
+	// holding its counter for the rest of the key's TTL. An acquisition
+	// then fails unless it is decided within a quarter of its TTL. Keep
+	// TTLs above 4*MasterTimeout, so that a slow master cannot make every
+	// acquisition fail. Tokens are microseconds of the masters' clocks, or
+	// larger: a hybrid logical clock. "Fencing tokens" in README.md says
+	// what they guarantee. They are exact up to the largest int64. Beyond
+	// it, a master refuses the acquire.
 	NoFencing bool
 
 	// NoRepair turns quorum repair off. With repair (the default) each
-	// Extend, and each renewal, that succeeds sets the lock again on the
-	// masters that answered without it (a master that restarted empty),
-	// where no other lock is: so a lock held for long does not erode as
-	// masters restart one after another. Repaired masters never count
-	// toward the extend that repaired them, and an expired lock is never
-	// set again. Read locks are not repaired.
+	// Extend and each renewal that succeeds sets the lock again on the
+	// masters that answered without it, such as a master that restarted
+	// empty. It does so only where no other lock is. So a lock held for
+	// long does not erode as masters restart one after another. Repaired
+	// masters never count toward the extend that repaired them. An expired
+	// lock is never set again. Read locks are not repaired.
 	NoRepair bool
 
 	// Observer, if not nil, receives every quorum round and every lock
 	// event (see Observer). Default: nil, and then nothing is measured.
 	Observer Observer
 
-	// NewValue returns the value that identifies one acquisition. It must be
-	// unique across all clients and unguessable, and must be neither empty
-	// nor hold '}' (a value names a key on the masters: see scripts.lua);
-	// an acquire with such a value fails with ErrInvalidArgument. A value
-	// used again may be refused for up to a TTL.
+	// NewValue returns the value that identifies one acquisition. It must
+	// be unique across all clients and unguessable. It must be neither
+	// empty nor hold '}', as a value names a key on the masters (see
+	// scripts.lua). An acquire with such a value fails with
+	// ErrInvalidArgument. A value used again may be refused for up to a
+	// TTL.
 	// Default: 128 random bits from crypto/rand, as base32 text.
 	NewValue func() (string, error)
 }
 
 // Client acquires locks on a set of independent Redis masters.
-// It is safe for concurrent use. Make one with New: the methods of a zero
+// It is safe for concurrent use. Make one with New. The methods of a zero
 // or nil Client return an error wrapping ErrInvalidArgument (or zero
-// results) and do nothing. Between operations a Client keeps, per
-// master, the goroutines that send its calls (one, or two for a client of
-// one master; up to 16 that ran calls for a client that cannot pipeline)
-// waiting for the next ones; Close ends them.
+// results) and do nothing. Between operations a Client keeps, per master,
+// the goroutines that send its calls, waiting for the next ones. That is
+// one goroutine, or two for a client of one master. A client that cannot
+// pipeline keeps up to 16 that ran calls. Close ends them.
 type Client struct {
 	config              // set by New, then never changed
 	nodes     []node    // set by New, then never changed
@@ -160,31 +164,31 @@ type config struct {
 // (no replication between them). Any go-redis client works: *redis.Client
 // (standalone or Sentinel-managed), *redis.ClusterClient, *redis.Ring, or a
 // redis.UniversalClient. opts may be nil for the defaults. Give each
-// client MaxRetries -1: a call go-redis replays after a timeout may land
-// after the undo that followed the reply to its copy, and leave the lock
-// on that master until its TTL. Calls made while another is in flight to
-// the same master are pipelined together.
+// client MaxRetries -1. A call go-redis replays after a timeout may land
+// after the undo that followed the reply to its copy. It would leave the
+// lock on that master until its TTL. Calls made while another is in
+// flight to the same master are pipelined together.
 //
 // New does no I/O. It returns an error wrapping ErrInvalidArgument that
-// names the first invalid value: an empty or nil master, the same master
-// twice (the same address and database, "localhost", "127.0.0.1" and
-// "::1" counting as one), or an option out of range.
+// names the first invalid value. That is an empty or nil master, the same
+// master twice, or an option out of range. The same address and database
+// count as one master, with "localhost", "127.0.0.1" and "::1" as one.
 //
 // Two masters that are one redis-server (two databases of it, or two
 // names of it) must never both count toward a quorum, nor may a replica.
-// So each master that is a *redis.Client is identified on first use (INFO:
-// run_id and role) and again after its client's connection pool opened a
-// new connection (as its PoolStats tell: New installs nothing on the
-// clients): a replica's answers do not count, and of two masters that are
-// one server and agree in a round only one counts (the other gets a
-// *SameServerError in the QuorumError). An acquire identifies the masters
-// that need it before its round starts; a round identifies only those whose
-// pool opened a connection for its call itself. Verify checks every master
-// up front.
+// So each master that is a *redis.Client is identified by INFO (run_id and
+// role). It is identified on first use, and again after its client's
+// connection pool opened a new connection. PoolStats tell that: New
+// installs nothing on the clients. A replica's answers do not count. Of
+// two masters that are one server and agree in a round, only one counts.
+// The other gets a *SameServerError in the QuorumError. An acquire
+// identifies the masters that need it before its round starts. A round
+// identifies only those whose pool opened a connection for its call
+// itself. Verify checks every master up front.
 //
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not
-// work: redlock calls its Process and Pipeline where it has them, so an
+// work. redlock calls its Process and Pipeline where it has them, so an
 // overridden Eval or EvalSha sees only some calls. Besides scripts,
 // redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
 // and Subscribe for wake-on-release.
@@ -337,13 +341,14 @@ func (c *Client) Masters() []string {
 	return names
 }
 
-// LoadScripts loads every script on every master, as a library of Redis
-// Functions where the master takes one and as scripts in any case, so that
-// the first operations need no fallback. It is optional: a master that
-// lacks a script or the library (it restarted, say) gets it on first use.
-// It blocks until every master answered, ctx ended or Close gave up on
-// what is in flight, each load bounded by 4*MasterTimeout, and returns the
-// masters' errors joined (ErrClosed after Close).
+// LoadScripts loads every script on every master, so that the first
+// operations need no fallback. It loads them as a library of Redis
+// Functions where the master takes one, and as scripts in any case. It is
+// optional: a master that lacks a script or the library (it restarted,
+// say) gets it on first use. It blocks until every master answered, ctx
+// ended, or Close gave up on what is in flight. Each load is bounded by
+// 4*MasterTimeout. It returns the masters' errors joined (ErrClosed after
+// Close).
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
@@ -387,24 +392,26 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close ends every live lock of the client: it stops auto-renewal (a
-// renewal in flight ends within MasterTimeout), closes Done with Err
-// ErrClosed, and from then on Held reports false; the locks stay on the
-// masters until they expire. It then ends the client's release
-// subscriptions and waits for the calls to masters that earlier operations
-// left in the background. Pending cleanup (undoing failed acquires,
+// Close ends every live lock of the client. It stops auto-renewal; a
+// renewal in flight ends within MasterTimeout. It closes Done with Err
+// ErrClosed, and from then on Held reports false. The locks stay on the
+// masters until they expire. Close then ends the client's release
+// subscriptions. It waits for the calls to masters that earlier
+// operations left in the background.
+//
+// Pending cleanup is retried or sent at once: undoing failed acquires,
 // deleting released locks on masters that had not answered, undos queued
-// for a slow master) is retried or sent at once; after 4*MasterTimeout
-// Close drops what is still pending and waits for what is in flight. A try
-// in flight then ends within its own bound (4*MasterTimeout; the go-redis
-// client's timeouts if it ignores contexts), so Close blocks for about
-// 8*MasterTimeout at most, unless a release subscription is reconnecting
-// to a master that does not answer: go-redis then holds it for up to its
-// client's DialTimeout and ReadTimeout (rueidisadapter for up to 100ms, its
-// bound for an UNSUBSCRIBE, or while its rueidis client dials that master,
-// up to the client's Dialer.Timeout). Keys it gave up on expire with
-// their TTL. Nothing is left running afterwards.
-// Later operations return ErrClosed; calling Close again waits the same
+// for a slow master. After 4*MasterTimeout, Close drops what is still
+// pending and waits for what is in flight. A try in flight then ends
+// within its own bound: 4*MasterTimeout, or the go-redis client's timeouts
+// if it ignores contexts. So Close blocks for about 8*MasterTimeout at
+// most. The exception is a release subscription reconnecting to a master
+// that does not answer. go-redis then holds it for up to its client's
+// DialTimeout and ReadTimeout. rueidisadapter holds it for up to 100ms,
+// its bound for an UNSUBSCRIBE. While its rueidis client dials that
+// master, it holds it up to the client's Dialer.Timeout. Keys Close gave
+// up on expire with their TTL. Nothing is left running afterwards.
+// Later operations return ErrClosed. Calling Close again waits the same
 // way. Close does not close the go-redis clients.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
@@ -418,10 +425,10 @@ func (c *Client) Close() error {
 	grace := time.NewTimer(lateCallFactor * c.masterTimeout)
 	defer grace.Stop()
 	// Calls still queued to a master that does not answer would each
-	// wait for a batch ahead of them: past the grace, they are dropped.
+	// wait for a batch ahead of them. Past the grace, they are dropped.
 	inTime := c.gate.drain(grace.C, c.abortPipes)
-	// The pipelines may still send undos whose callers stopped waiting:
-	// within the grace, or not at all.
+	// The pipelines may still send undos whose callers stopped waiting.
+	// They send them within the grace, or not at all.
 	pipes := make(chan struct{})
 	go func() {
 		defer close(pipes)
@@ -443,8 +450,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// abortPipes aborts every master's pipeline (see pipeline.Abort) and waits
-// for what they have in flight.
+// abortPipes aborts every master's pipeline and waits for what they have
+// in flight.
 func (c *Client) abortPipes() {
 	var wg sync.WaitGroup
 	for i := range c.nodes {
@@ -459,8 +466,8 @@ const (
 	maxTTL           = time.Duration(math.MaxInt64/2) / time.Millisecond * time.Millisecond // 2*TTL in renewal
 )
 
-// checkTTL truncates ttl to whole milliseconds, as Redis stores it, and
-// rejects a TTL that no round could ever meet; name names it in errors.
+// checkTTL truncates ttl to whole milliseconds, as Redis stores it. It
+// rejects a TTL that no round could ever meet. name names it in errors.
 func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error) {
 	ms := ttl.Truncate(time.Millisecond)
 	switch {
@@ -474,15 +481,15 @@ func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error)
 	return ms, nil
 }
 
-// deadline is when a lock that a round starting at start set for ttl stops
-// being safe: start + ttl - drift. (The validity at the decision, ttl -
-// elapsed - drift, counts down to the same instant.)
+// deadline is when a lock stops being safe, if a round starting at start
+// set it for ttl: start + ttl - drift. The validity at the decision,
+// ttl - elapsed - drift, counts down to the same instant.
 func (c *Client) deadline(start time.Time, ttl time.Duration) time.Time {
 	return start.Add(ttl - quorum.Drift(ttl, c.driftFactor))
 }
 
 // track registers l, which has a lost-lock signal, so that Close ends it.
-// It reports false, registering nothing, once Close has begun.
+// Once Close has begun, it registers nothing and reports false.
 func (c *Client) track(l *Lock) bool {
 	g := &c.gate
 	g.locksMu.Lock()
@@ -505,8 +512,8 @@ func (c *Client) untrack(l *Lock) {
 	g.locksMu.Unlock()
 }
 
-// addRenewal counts a renewal goroutine about to start, unless Close has
-// begun: then it reports false.
+// addRenewal counts a renewal goroutine about to start. Once Close has
+// begun, it counts nothing and reports false.
 func (c *Client) addRenewal() bool {
 	g := &c.gate
 	g.locksMu.Lock()
@@ -518,7 +525,7 @@ func (c *Client) addRenewal() bool {
 	return true
 }
 
-// closeLocks steps to closing, ends every live lock with ErrClosed and
+// closeLocks steps to closing, ends every live lock with ErrClosed, and
 // waits for the renewals to stop. Locks without a signal need nothing:
 // Held and Err check closing.
 func (c *Client) closeLocks() {

@@ -10,40 +10,46 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-// Release gives up one hold; the last one deletes the lock on every master
-// where this Lock still holds it, and wakes waiters. It runs even if ctx has
-// ended (only ctx's values are used): a release must not be lost. It returns nil if a
-// quorum held it (it was still ours). It returns a *QuorumError wrapping
-// ErrNotHeld where so many masters answered that they did not hold it that
-// no quorum can have: it had expired or was lost, and the critical section
-// may have overlapped another holder's. Where too few masters answered in
-// time to tell, the error wraps ErrNoQuorum instead: the lock may have
-// been held all along (unless it was lost or ran out before: then it wraps
-// both). Either way the hold is gone afterwards. Once Client.Close has begun, Release sends nothing
-// and returns ErrClosed. A Release that leaves holds and finds the lock lost
-// on a quorum closes Done, as Extend does. Calling Release after the last
-// hold is gone sends nothing and returns ErrNotHeld. The last Release stops auto-renewal before it sends
-// anything, and closes Done with ErrReleased.
+// Release gives up one hold. The last one deletes the lock on every master
+// where this Lock still holds it, and wakes waiters. It runs even if ctx
+// has ended, as a release must not be lost: only ctx's values are used.
+// It returns nil if a quorum held the lock: it was still ours. It returns
+// a *QuorumError wrapping ErrNotHeld where so many masters answered that
+// they did not hold it that no quorum can have. The lock had then expired
+// or was lost, and the critical section may have overlapped another
+// holder's. Where too few masters answered in time to tell, the error
+// wraps ErrNoQuorum instead. The lock may then have been held all along.
+// If it was lost or ran out before, the error wraps both. Either way the
+// hold is gone afterwards.
+//
+// Once Client.Close has begun, Release sends nothing and returns
+// ErrClosed. A Release that leaves holds and finds the lock lost on a
+// quorum closes Done, as Extend does. Calling Release after the last hold
+// is gone sends nothing and returns ErrNotHeld. The last Release stops
+// auto-renewal before it sends anything, and closes Done with
+// ErrReleased.
 //
 // Release blocks until the quorum is decided, at most MasterTimeout. The
-// delete still reaches slower masters in the background, and is retried
-// where a master gave no answer, until it answers or the lock would have
-// expired there anyway (see Client.Close).
+// delete still reaches slower masters in the background. It is retried
+// where a master gave no answer, until the master answers or the lock
+// would have expired there anyway (see Client.Close).
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 
 // release is Release. The last one hands the lock on: it wakes this
-// client's next waiter for it (see Client.releasing) and runs queued, if
-// set, once its calls are queued on every master, so that the waiter's
-// acquire follows them there instead of a round later. Only where the
-// masters keep the calls of one key in order (Pipeline.Ordered), and where
-// they answered this Lock's acquire within a quarter of MasterTimeout and
-// an eighth of its TTL: an acquire queued behind the release waits for its
-// reply first, and must still be decided within MasterTimeout, and within
-// a quarter of the TTL where it takes a fencing token (op.grantWithin); and
-// unless this client's last release of the lock found another client
-// waiting (see Client.isContested), whose waiters must not lose every race
-// to this client's. Elsewhere it hands the lock on once its round is
-// decided. queued must not block nor use l.
+// client's next waiter for it, and runs queued, if set. It may do so as
+// soon as its calls are queued on every master. The waiter's acquire then
+// follows them there, instead of a round later. Three conditions must
+// hold for that early hand-off:
+//   - The masters keep the calls of one key in order (Pipeline.Ordered).
+//   - They answered this Lock's acquire within a quarter of MasterTimeout
+//     and an eighth of its TTL. An acquire queued behind the release waits
+//     for its reply first. It must still be decided within MasterTimeout,
+//     and within a quarter of the TTL where it takes a fencing token.
+//   - This client's last release of the lock found no other client
+//     waiting. That client's waiters must not lose every race to ours.
+//
+// Elsewhere it hands the lock on once its round is decided. queued must
+// not block nor use l.
 func (l *Lock) release(ctx context.Context, queued func()) error {
 	if err := l.check(); err != nil {
 		return err
@@ -108,8 +114,8 @@ func (l *Lock) releaseHold(ctx context.Context, queued func()) error {
 }
 
 // releaseRound sets the owner's holds to holds on every master. At 0 it
-// deletes the lock there, retried in the background on masters that gave
-// no answer, and hands the lock on with queued (see release).
+// deletes the lock there, and hands the lock on with queued. The delete
+// is retried in the background on masters that gave no answer.
 func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error {
 	ttl := l.ttl
 	if holds == 0 {
@@ -159,12 +165,13 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 	return err
 }
 
-// releaseSkip is a Lock as its releases' pipeline.Skipper: a master where
-// the first acquire was surely not sent (its round was decided without
-// it, or it was shed) holds nothing of this Lock, unless a repair set it
-// there. repairOn stores repaired before it reads the life's stage, and
-// the last release stores released before its calls ask Skip: either Skip
-// sees repaired, or the repair sees released and sends nothing.
+// releaseSkip is a Lock as its releases' pipeline.Skipper. The first
+// acquire was surely not sent to some masters: its round was decided
+// without them, or the call was shed. Such a master holds nothing of this
+// Lock, unless a repair set it there. repairOn stores repaired before it
+// reads the life's stage. The last release stores released before its
+// calls ask Skip. So either Skip sees repaired, or the repair sees
+// released and sends nothing.
 type releaseSkip Lock
 
 func (s *releaseSkip) Skip(i int) bool {
@@ -180,10 +187,10 @@ func (l *Lock) releasedOn(ctx context.Context, i int, deleted bool) {
 }
 
 // releaseAfterPanic releases l, whose acquire panicked before l reached
-// its caller, on every master where it may have landed, unless the acquire
-// released it already; EventReleased balances an EventAcquired that went
-// out. A panic of its own is dropped: the first one goes on. l.mu must be
-// held.
+// its caller. It releases l on every master where it may have landed,
+// unless the acquire released it already. EventReleased balances an
+// EventAcquired that went out. A panic of its own is dropped: the first
+// one goes on. l.mu must be held.
 func (l *Lock) releaseAfterPanic(ctx context.Context) {
 	defer func() { _ = recover() }()
 	acquired := l.holds > 0 // take got as far as reporting it
@@ -202,9 +209,10 @@ func (l *Lock) releaseAfterPanic(ctx context.Context) {
 
 // releasePolicy is the last release's part in its round. A master that
 // gives no answer gets the release again in the background. The answers
-// meet the acquire's late agreements (see releasedOn). The lock is handed
-// on to this client's next waiter once the calls are queued, if early,
-// else once the round is decided (see Lock.release).
+// meet the acquire's late agreements. The lock is handed on to this
+// client's next waiter once the calls are queued, if early. Else it is
+// handed on once the round is decided. The fields are set at creation,
+// then never changed.
 type releasePolicy struct {
 	l      *Lock
 	retry  quorum.Cleanup // the release itself, sent again
@@ -231,8 +239,7 @@ func (p *releasePolicy) Settles(quorum.Answer) bool { return false }
 
 func (p *releasePolicy) Settled(context.Context, int, quorum.Answer, bool) func() { return nil }
 
-// handOff wakes this client's next waiter for the lock (see
-// Client.releasing), and runs then.
+// handOff wakes this client's next waiter for the lock, and runs then.
 func (p *releasePolicy) handOff() {
 	p.l.client.releasing(p.l.keys.Names[0], p.l.nonce)
 	if p.then != nil {

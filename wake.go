@@ -16,28 +16,30 @@ type subscriber interface {
 }
 
 // ChannelSubscriber is a master's client, other than a go-redis client,
-// that can subscribe to a channel, so that its waiters are woken by
-// releases (wake-on-release; see package rueidisadapter). A master's
-// client that is neither leaves its waiters to retry on their timers.
+// that can subscribe to a channel. Its waiters are then woken by releases
+// (wake-on-release; see package rueidisadapter). A master's client that is
+// neither leaves its waiters to retry on their timers.
 type ChannelSubscriber interface {
 	// FollowChannel calls message with the payload of each message
-	// published on channel, and subscribed each time the server confirms
-	// the subscription (again after a reconnect), until ctx ends. It
-	// blocks until then, resubscribing as needed, and calls neither
-	// function after it returns. Both must not block; message may be
+	// published on channel, until ctx ends. It calls subscribed each time
+	// the server confirms the subscription, again after a reconnect. It
+	// blocks until ctx ends, resubscribing as needed. It calls neither
+	// function after it returns. Both must not block. message may be
 	// called while subscribed runs, and the other way round. It must
 	// return soon after ctx ends: Client.Close waits for it.
 	FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string))
 }
 
-// waker is woken when the lock it watches is released on a master, so that
-// a waiter can retry at once instead of polling. A release publishes on the
-// lock's channel on every master where an acquire was refused while the
-// lock was held (a read-write lock's: on every master); a client keeps one
-// subscription per lock name, shared by its wakers. Messages can be missed (a master restarted,
-// or the release came before the subscription): waiters keep a fallback
-// timer. A waker is safe for concurrent use; Close it when done waiting.
-// One made by a closed, zero or nil Client is never woken.
+// waker is woken when the lock it watches is released on a master, so
+// that a waiter can retry at once instead of polling. A release publishes
+// on the lock's channel on every master where an acquire was refused
+// while the lock was held. A read-write lock's release publishes on every
+// master. A client keeps one subscription per lock name, shared by its
+// wakers. Messages can be missed: a master restarted, or the release came
+// before the subscription. So waiters keep a fallback timer. A waker is
+// safe for concurrent use; Close it when done waiting. One made by a
+// closed, zero or nil Client is never woken. newWaker sets its fields;
+// only closed changes after.
 type waker struct {
 	c       chan struct{} // buffered: a release while the waiter is busy is kept
 	all     bool
@@ -49,14 +51,15 @@ type waker struct {
 }
 
 // watchSet is a Client's release subscriptions. Once the Client is closed
-// it takes no new one: Close ends them all.
+// it takes no new one. Close ends them all.
 type watchSet struct {
 	mu         sync.RWMutex      // guards byChannel, and each watch's refs and idle
 	byChannel  map[string]*watch // the shared subscription of each lock name
 	unwatching sync.WaitGroup    // subscriptions an idle timer is closing
 }
 
-// watch is the shared subscription of one lock name.
+// watch is the shared subscription of one lock name. cancel, window and
+// subscribers are set when it is made, then never changed.
 type watch struct {
 	cancel context.CancelFunc // ends subscriptions still dialling
 	done   sync.WaitGroup
@@ -64,12 +67,13 @@ type watch struct {
 	idle   *time.Timer // ends an unused subscription; guarded by watchSet.mu
 	window time.Duration
 
+	// mu guards the fields below. subscribers is set at creation.
 	mu     sync.Mutex
 	subs   []*redis.PubSub
 	closed bool
-	// ready is when the last of the watch's subscriptions was confirmed:
-	// zero until then, and forever for a client none of whose masters can
-	// subscribe.
+	// ready is when the last of the watch's subscriptions was confirmed.
+	// It is zero until then. It stays zero for a client none of whose
+	// masters can subscribe.
 	ready       time.Time
 	confirmed   int        // subscriptions confirmed
 	subscribers int        // masters subscribed to; set at creation
@@ -87,14 +91,14 @@ type released struct {
 // maxRecent bounds the releases a watch remembers.
 const maxRecent = 64
 
-// newWaker starts watching releases of the lock named key. With all, every
-// release wakes this waker (for readers, who may share the lock);
-// otherwise each release wakes one of the client's waiters that are not
-// all-wakers, in turn (one waiter per release avoids a thundering herd).
-// A release the lock name's watch saw at or after since (the start of the
-// caller's last attempt; zero: none) wakes the new waker at once.
-// Subscribing does not wait for the masters to confirm. A closed, zero or
-// nil Client returns a waker that is never woken.
+// newWaker starts watching releases of the lock named key. With all,
+// every release wakes this waker: readers may share the lock. Otherwise
+// each release wakes one of the client's waiters that are not all-wakers,
+// in turn. One waiter per release avoids a thundering herd. since is the
+// start of the caller's last attempt, or zero for none. A release the
+// watch saw at or after since wakes the new waker at once. Subscribing
+// does not wait for the masters to confirm. A closed, zero or nil Client
+// returns a waker that is never woken.
 func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 	ch := make(chan struct{}, 1)
 	if c.check() != nil {
@@ -114,8 +118,8 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 	w := ws.byChannel[channel]
 	if w == nil {
 		var ctx context.Context
-		// A release's copies come from several masters, the last one up
-		// to the bound of a call decided without it.
+		// A release's copies come from several masters. The last one
+		// comes up to the bound of a call decided without it.
 		w = &watch{window: lateCallFactor * c.masterTimeout}
 		ctx, w.cancel = context.WithCancel(context.Background())
 		var follows []func()
@@ -154,21 +158,21 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 }
 
 // Settled reports whether every master had confirmed the watch's
-// subscription before the caller's last attempt began: a release since
-// then reaches the waker (unless a connection broke meanwhile), and the
+// subscription before the caller's last attempt began. A release since
+// then reaches the waker, unless a connection broke meanwhile. So the
 // caller may wait without trying again first.
 func (k *waker) Settled() bool { return k.settled }
 
-// releasing wakes this client's waiters for the lock whose channel is
-// KEYS[1] as the first published copy of a release would (see
-// watch.wake), when the last release of the Lock with nonce id hands the
-// lock on (see Lock.release): as soon as the release's calls are queued
-// where the waiter's acquire, sent next, reaches each master after them;
-// else once the release's round is decided. Where the acquire overtakes
-// the release all the same (a call answered NOSCRIPT, say), it is refused
-// there, and the release, finding it waited for, publishes: copies that
-// come within the watch's window wake the same waiter again (where the
-// master's client can subscribe).
+// releasing wakes this client's waiters for the lock on channel. It wakes
+// them as the first published copy of a release would. It runs when the
+// last release of the Lock with nonce id hands the lock on. That is as
+// soon as the release's calls are queued, where the waiter's acquire,
+// sent next, reaches each master after them. Else it is once the
+// release's round is decided. The acquire may overtake the release all
+// the same: a call answered NOSCRIPT, say. It is then refused there. The
+// release finds it waited for, and publishes. Copies that come within the
+// watch's window wake the same waiter again, where the master's client
+// can subscribe.
 func (c *Client) releasing(channel, id string) {
 	c.watches.mu.RLock() // every last release comes here: releases do not wait on each other
 	w := c.watches.byChannel[channel]
@@ -194,10 +198,10 @@ func (k *waker) Close() {
 	}
 }
 
-// GiveUp is Close for a waiter that leaves without the lock: a release
-// that woke it wakes the next one-waker with its later copies (the next
+// GiveUp is Close for a waiter that leaves without the lock. A release
+// that woke it wakes the next one-waker with its later copies. The next
 // waiter of this process may have been refused on the masters those come
-// from). After Close, a release's later copies wake no other: its waiter
+// from. After Close, a release's later copies wake no other: its waiter
 // has the lock.
 func (k *waker) GiveUp() {
 	if k.w != nil {
@@ -240,7 +244,7 @@ func (c *Client) unwatch(channel string, w *watch) {
 	}
 }
 
-// closeWatches ends every subscription; the Client must be closed, so
+// closeWatches ends every subscription. The Client must be closed, so
 // that none starts any more.
 func (c *Client) closeWatches() {
 	set := &c.watches
@@ -280,9 +284,9 @@ func (w *watch) end() {
 	}
 }
 
-// follow subscribes to one go-redis master, in the background as a master
-// may be slow to dial, and wakes waiters on its messages until the watch
-// closes.
+// follow subscribes to one go-redis master and wakes waiters on its
+// messages until the watch closes. It runs in the background, as a master
+// may be slow to dial.
 func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 	ps := s.Subscribe(ctx, channel)
 	w.mu.Lock()
@@ -293,9 +297,9 @@ func (w *watch) follow(ctx context.Context, s subscriber, channel string) {
 	}
 	w.subs = append(w.subs, ps)
 	w.mu.Unlock()
-	// The first reply confirms the subscription: no release published on
-	// this master is missed from then on while the connection lasts. An
-	// error (a master down) leaves the watch unconfirmed; Channel goes on
+	// The first reply confirms the subscription. From then on, no release
+	// published on this master is missed while the connection lasts. An
+	// error (a master down) leaves the watch unconfirmed. Channel goes on
 	// reconnecting.
 	if _, err := ps.Receive(ctx); err == nil {
 		w.confirm()
@@ -315,13 +319,14 @@ func (w *watch) confirm() {
 }
 
 // wake signals every all-waker and the next one-waker, then rotates it to
-// the back. A release publishes with an identifier of its own as payload
-// on each master where it was waited for, and its copies come as it reaches
-// them. A copy within the window wakes the same waiters again and no other
-// one: a waiter that retried between two copies found the lock still held
-// on the masters the release had not reached yet, and retries once more.
-// (A release that woke no one-waker wakes the next with its later copies.)
-// Every other release, even by the same owner, wakes the next one-waker.
+// the back. A release publishes on each master where it was waited for.
+// Its payload is an identifier of its own. Its copies come as it reaches
+// the masters. A copy within the window wakes the same waiters again, and
+// no other one. A waiter that retried between two copies found the lock
+// still held on the masters the release had not reached yet. It retries
+// once more. A release that woke no one-waker wakes the next with its
+// later copies. Every other release, even by the same owner, wakes the
+// next one-waker.
 func (w *watch) wake(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -374,24 +379,24 @@ func (w *watch) signal(one *waker) {
 }
 
 // contestedSet is the channels of the locks whose last release by this
-// client found that another client had waited (see Client.isContested).
+// client found that another client had waited.
 type contestedSet struct {
 	mu  sync.Mutex // guards set
 	set map[string]struct{}
 	n   atomic.Int32 // len(set), read without the lock
 }
 
-// maxContested bounds the channels Client.contested remembers; past it they
-// are forgotten, which costs at most one early hand-off each.
+// maxContested bounds the channels Client.contested remembers. Past it
+// they are forgotten, which costs at most one early hand-off each.
 const maxContested = 4096
 
-// isContested reports whether the last release by this client of the lock
-// whose channel is KEYS[1] found that another client had waited for it.
-// Then the next release hands the lock on to this client's waiters only
-// once its round is decided, not as soon as its calls are queued: the
+// isContested reports whether this client's last release of the lock on
+// channel found that another client had waited for it. Then the next
+// release hands the lock on to this client's waiters only once its round
+// is decided. It does not hand it on as soon as its calls are queued. The
 // other client's waiters, woken by the release's publication, then race
-// this client's on equal terms, where an acquire queued behind the
-// release on each master would win every time.
+// this client's on equal terms. An acquire queued behind the release on
+// each master would win every time.
 func (c *Client) isContested(channel string) bool {
 	cs := &c.contested
 	if cs.n.Load() == 0 {
@@ -404,7 +409,7 @@ func (c *Client) isContested(channel string) bool {
 }
 
 // contest records whether a last release of the lock on channel found that
-// another client had waited (see isContested).
+// another client had waited.
 func (c *Client) contest(channel string, waited bool) {
 	cs := &c.contested
 	if !waited && cs.n.Load() == 0 {

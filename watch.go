@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// lostSignal closes done, and cancels ctx, when the lock is lost.
+// lostSignal closes done, and cancels ctx, when the lock is lost. Its
+// fields are set when it is made, under Lock.sigMu. sigMu guards its
+// firing and the timer's resets.
 type lostSignal struct {
 	done   chan struct{}
 	ctx    context.Context
@@ -29,13 +31,13 @@ var (
 	zeroLockSignal = endedSignal(errZeroLock)
 )
 
-// signal returns the lock's lost-lock signal, made on first use so that
-// locks nobody watches cost nothing. A lock with a signal is tracked by
-// its client until it is lost, so that Client.Close can end it. The
-// signal is closed when it returns if the lock's validity has run out:
-// Done, Err and Context agree with Until at every instant, and only those
-// who wait need the timer. An event this queues (EventLost) is reported
-// on the caller's goroutine.
+// signal returns the lock's lost-lock signal. It is made on first use,
+// so that locks nobody watches cost nothing. A lock with a signal is
+// tracked by its client until it is lost, so that Client.Close can end
+// it. If the lock's validity has run out, the signal is closed when
+// signal returns. So Done, Err and Context agree with Until at every
+// instant, and only those who wait need the timer. An event this queues
+// (EventLost) is reported on the caller's goroutine.
 func (l *Lock) signal() *lostSignal {
 	s := l.watch()
 	if l.check() == nil {
@@ -84,9 +86,9 @@ func (l *Lock) expireLocked() bool {
 	return l.life.cause != nil
 }
 
-// expire runs at the lock's deadline; an Extend may have moved it since.
+// expire runs at the lock's deadline. An Extend may have moved it since.
 // Deciding under sigMu keeps it atomic with setUntil. It runs on a timer's
-// goroutine: an Observer's panic there is dropped.
+// goroutine, where an Observer's panic is dropped.
 func (l *Lock) expire() {
 	l.sigMu.Lock()
 	if until := l.Until(); time.Now().Before(until) {
@@ -105,7 +107,7 @@ func (l *Lock) expiredErr() error {
 }
 
 // lose records why the lock is lost, once, and fires the signal. The
-// caller reports the EventLost it queues (see report).
+// caller reports the EventLost it queues.
 func (l *Lock) lose(err error) {
 	l.sigMu.Lock()
 	defer l.sigMu.Unlock()
@@ -132,13 +134,13 @@ func (l *Lock) loseLocked(err error) {
 	}
 }
 
-// endHolds moves the lock to released as its last hold goes, before the
-// last release's round, so that late agreements and repairs see it (see
-// lateAgreement and repaired). It clears the deadline and closes Done with
-// ErrReleased, unless the lock was lost before: then the cause stays. With
-// expire (a Release's), a validity run out is a loss first, and wasLost
-// tells the Observer of either. It reports false, and changes nothing,
-// if the lock was released already.
+// endHolds moves the lock to released as its last hold goes. It runs
+// before the last release's round, so that late agreements and repairs
+// see it. It clears the deadline and closes Done with ErrReleased. If the
+// lock was lost before, the cause stays. With expire (a Release's), a
+// validity run out is a loss first. wasLost tells the Observer of either.
+// If the lock was released already, endHolds changes nothing and reports
+// false.
 func (l *Lock) endHolds(expire bool) bool {
 	l.sigMu.Lock() // one step, so that no loss comes between
 	defer l.sigMu.Unlock()
@@ -160,21 +162,25 @@ func (l *Lock) lostCause() error {
 	return l.life.cause
 }
 
-// Done returns a channel that is closed when the lock is no longer held:
-// its validity ran out without renewal, auto-renewal could not reach a
-// quorum in time, a round of the Lock (renewal, Extend, Reenter or a
-// Release that leaves holds) found it lost on so many masters that the
-// others cannot make a quorum, the last Release, or Client.Close. Err
-// then tells why.
-// Work done under the lock can select on it. Once Until has passed, Done,
-// Err and Context say so when they return, watched before or not. Done of
-// a zero or nil Lock is closed.
+// Done returns a channel that is closed when the lock is no longer held.
+// That happens when:
+//   - its validity ran out without renewal;
+//   - auto-renewal could not reach a quorum in time;
+//   - a round of the Lock (renewal, Extend, Reenter or a Release that
+//     leaves holds) found it lost on so many masters that the others
+//     cannot make a quorum;
+//   - the last Release ran;
+//   - or Client.Close ran.
+//
+// Err then tells why. Work done under the lock can select on it. Once
+// Until has passed, Done, Err and Context say so when they return,
+// watched before or not. Done of a zero or nil Lock is closed.
 func (l *Lock) Done() <-chan struct{} { return l.signal().done }
 
-// Err returns nil while Done is open; afterwards ErrReleased after the last
-// Release, ErrClosed after Client.Close, or an error wrapping ErrNotHeld
-// that says how the lock was lost. For a zero or nil Lock it returns an
-// error wrapping ErrInvalidArgument.
+// Err returns nil while Done is open. Afterwards it returns ErrReleased
+// after the last Release, or ErrClosed after Client.Close. Else it returns
+// an error wrapping ErrNotHeld that says how the lock was lost. For a zero
+// or nil Lock it returns an error wrapping ErrInvalidArgument.
 func (l *Lock) Err() error {
 	if err := l.check(); err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Package mutex provides distributed mutual-exclusion locks on a
-// redlock.Client: Mutex, like sync.Mutex, and Reentrant, held by an owner
+// redlock.Client. Mutex is like sync.Mutex. Reentrant is held by an owner
 // identity that may lock it again. Both block with wake-on-release and a
-// jittered fallback timer, and can renew their lock automatically.
+// jittered fallback timer. Both can renew their lock automatically.
 package mutex
 
 import (
@@ -14,24 +14,24 @@ import (
 )
 
 // Mutex is a distributed lock on one key. Like sync.Mutex it is not
-// reentrant, and it may be unlocked by another goroutine than the one that
-// locked it. It is safe for concurrent use: goroutines of one process that
-// share a Mutex, and the Mutexes and Reentrants of one client on one key,
-// wait for each other locally before they compete with other processes:
-// the holder keeps the process's turn until its Unlock hands the lock on
-// (see redlock.Lock.Release), and the next of them tries then.
+// reentrant. It may be unlocked by another goroutine than the one that
+// locked it. It is safe for concurrent use. Goroutines of one process that
+// share a Mutex wait for each other locally before they compete with
+// other processes. So do the Mutexes and Reentrants of one client on one
+// key. The holder keeps the process's turn until its Unlock hands the
+// lock on, and the next of them tries then.
 //
-// The Mutex is unlocked as soon as its lock is lost (see
-// redlock.Lock.Done: its validity ran out, renewal failed, a round found
-// it lost, Client.Close, or a Release on the Lock itself), as if Unlock
-// had run. A Lock or TryLock can then take the lock anew, without Unlock,
-// and a waiting Lock tries. Each loss is then reported once, by an Unlock,
-// before any Unlock releases a lock taken later: the Mutex cannot tell its
-// goroutines apart, and the deferred Unlock of a lost hold must not
-// release another goroutine's lock. Until then Current returns the lost
-// lock, and Extend fails.
+// The Mutex is unlocked as soon as its lock is lost, as if Unlock had
+// run. The lock is lost when its validity ran out, renewal failed, a
+// round found it lost, at Client.Close, or by a Release on the Lock
+// itself (see redlock.Lock.Done). A Lock or TryLock can then take the
+// lock anew, without Unlock, and a waiting Lock tries. Each loss is then
+// reported once, by an Unlock, before any Unlock releases a lock taken
+// later. The Mutex cannot tell its goroutines apart. The deferred Unlock
+// of a lost hold must not release another goroutine's lock. Until then
+// Current returns the lost lock, and Extend fails.
 //
-// Make one with New: on a zero Mutex, and with a nil context, Lock,
+// Make one with New. On a zero Mutex, and with a nil context, Lock,
 // TryLock, Unlock and Extend return an error wrapping
 // redlock.ErrInvalidArgument.
 type Mutex struct {
@@ -39,13 +39,15 @@ type Mutex struct {
 	key    string
 	opts   retry.Options
 	// holds has one owner, "". Its turn is taken while this Mutex holds
-	// or seeks the lock.
+	// or seeks the lock. It has its own mutex; the fields above are set by
+	// New, then never changed.
 	holds retry.Holders
 }
 
-// New returns a Mutex for key. It does no I/O; it returns an error wrapping
-// redlock.ErrInvalidArgument for a nil client, an empty key or an option
-// that cannot work with the client's. opts may be nil for the defaults.
+// New returns a Mutex for key. It does no I/O. It returns an error
+// wrapping redlock.ErrInvalidArgument for a nil client, an empty key, or
+// an option that cannot work with the client's. opts may be nil for the
+// defaults.
 func New(client *redlock.Client, key string, opts *Options) (*Mutex, error) {
 	o, err := check(client, key, opts)
 	if err != nil {
@@ -56,7 +58,7 @@ func New(client *redlock.Client, key string, opts *Options) (*Mutex, error) {
 	return m, nil
 }
 
-// check returns an error if m was not made by New, or ctx is nil; op
+// check returns an error if m was not made by New, or ctx is nil. op
 // names the call.
 func (m *Mutex) check(ctx context.Context, op string) error {
 	if m.client == nil {
@@ -71,13 +73,13 @@ func (m *Mutex) check(ctx context.Context, op string) error {
 // Key returns the key of the lock.
 func (m *Mutex) Key() string { return m.key }
 
-// Lock blocks until this Mutex holds the lock or ctx ends. It waits for its
-// turn among this process's holder and waiters for the key on the client
-// (see Mutex), then for releases published by the masters, with a
+// Lock blocks until this Mutex holds the lock or ctx ends. It waits for
+// its turn among this process's holder and waiters for the key on the
+// client. It then waits for releases published by the masters, with a
 // jittered fallback timer. A failed attempt holds nothing on the masters:
-// it is undone (see redlock.Client.Acquire).
-// If ctx ends first, the error matches ctx.Err() and tells the last
-// attempt's outcome; an invalid TTL fails at once.
+// it is undone (see redlock.Client.Acquire). If ctx ends first, the error
+// matches ctx.Err() and tells the last attempt's outcome. An invalid TTL
+// fails at once.
 func (m *Mutex) Lock(ctx context.Context) error {
 	if err := m.check(ctx, "Lock"); err != nil {
 		return err
@@ -85,10 +87,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	return m.acquire(ctx, true)
 }
 
-// TryLock makes one attempt and does not wait: it returns nil if this
-// Mutex now holds the lock, and an error wrapping redlock.ErrNotObtained if
-// the lock is held elsewhere (in this process too) or no quorum agreed.
-// It blocks for at most one quorum round.
+// TryLock makes one attempt and does not wait. It returns nil if this
+// Mutex now holds the lock. It returns an error wrapping
+// redlock.ErrNotObtained if the lock is held elsewhere (in this process
+// too) or no quorum agreed. It blocks for at most one quorum round.
 func (m *Mutex) TryLock(ctx context.Context) error {
 	if err := m.check(ctx, "TryLock"); err != nil {
 		return err
@@ -103,14 +105,16 @@ func (m *Mutex) acquire(ctx context.Context, block bool) error {
 	})
 }
 
-// Unlock releases the lock. It returns an error wrapping redlock.ErrNotHeld
-// if this Mutex does not hold it (also while a Lock or TryLock of it is
-// under way), or if the lock had already expired on a quorum of masters
-// (the critical section may have overlapped another holder's). It wraps
+// Unlock releases the lock. It returns an error wrapping
+// redlock.ErrNotHeld if this Mutex does not hold it. That includes while
+// a Lock or TryLock of it is under way. It also wraps redlock.ErrNotHeld
+// if the lock had already expired on a quorum of masters: the critical
+// section may have overlapped another holder's. It wraps
 // redlock.ErrNoQuorum instead where too few masters answered in time to
-// tell (see Lock.Release). Either way the Mutex is unlocked afterwards.
-// After the lock was lost (see Mutex), it sends nothing and its error says
-// so, wrapping the lock's Err too. It blocks for at most one quorum round.
+// tell (see redlock.Lock.Release). Either way the Mutex is unlocked
+// afterwards. After the lock was lost, Unlock sends nothing and its error
+// says so, wrapping the lock's Err too. It blocks for at most one quorum
+// round.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.check(ctx, "Unlock"); err != nil {
 		return err
@@ -123,15 +127,15 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: release %s: this Mutex does not hold it", redlock.ErrNotHeld, clip.Quote(m.key))
 	}
 	// The Mutex is free for its other goroutines as soon as the release
-	// hands the lock on (see retry.Release).
+	// hands the lock on.
 	return retry.Release(ctx, l, t)
 }
 
 // Extend renews the lock for another TTL from now. It returns an error
-// wrapping redlock.ErrNotHeld if this Mutex does not hold the lock, or it
-// was lost (then the Mutex is unlocked: see Mutex), and one wrapping
+// wrapping redlock.ErrNotHeld if this Mutex does not hold the lock, or if
+// it was lost. The Mutex is then unlocked. It returns one wrapping
 // redlock.ErrNoQuorum where too few masters answered in time (see
-// Lock.Extend). It blocks for at most one quorum round.
+// redlock.Lock.Extend). It blocks for at most one quorum round.
 func (m *Mutex) Extend(ctx context.Context) error {
 	if err := m.check(ctx, "Extend"); err != nil {
 		return err
@@ -144,8 +148,8 @@ func (m *Mutex) Extend(ctx context.Context) error {
 }
 
 // Current returns the lock this Mutex holds, or nil. Its Token is the
-// fencing token to hand to the protected resource; its Done, Err and
-// Context tell when the lock is lost; Until when it runs out. After a
-// loss it returns the lost lock until an Unlock reports the loss, even
-// where a Lock took the lock anew (see Mutex).
+// fencing token to hand to the protected resource. Its Done, Err and
+// Context tell when the lock is lost; Until tells when it runs out. After
+// a loss it returns the lost lock until an Unlock reports the loss. It
+// does so even where a Lock took the lock anew.
 func (m *Mutex) Current() *redlock.Lock { return m.holds.Get("") }

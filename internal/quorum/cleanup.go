@@ -12,10 +12,10 @@ import (
 )
 
 // Cleanup is a script that removes what this client may have left on a
-// master: the undo of a failed acquire, the last release, the drop of a
-// late agreement. Each one only deletes a key that holds this Lock's value
-// and nonce, or leaves a marker for this Lock's nonce that expires with its
-// TTL (see scripts.lua), so sending it again, or late, is harmless.
+// master. It is the undo of a failed acquire, the last release, or the
+// drop of a late agreement. Each one only deletes a key that holds this
+// Lock's value and nonce. Or it leaves a marker for this Lock's nonce
+// that expires with its TTL. So sending it again, or late, is harmless.
 type Cleanup struct {
 	Script *redis.Script
 	Keys   pipeline.Keys
@@ -30,14 +30,15 @@ const (
 )
 
 // MaxCleanupDelay is the longest wait after a failed retry, unless
-// MasterTimeout is longer. A variable for tests.
+// MasterTimeout is longer. It is a variable for tests.
 var MaxCleanupDelay = time.Second
 
-// cleaner holds the cleanups that got no answer from one master. While any
-// is pending, one goroutine (runCleaner) retries them there, oldest first:
-// a master that is down gets one try at a time, and one that comes back is
-// cleaned up at once.
+// cleaner holds the cleanups that got no answer from one master. While
+// any is pending, one goroutine (runCleaner) retries them there, oldest
+// first. So a master that is down gets one try at a time. One that comes
+// back is cleaned up at once.
 type cleaner struct {
+	// mu guards queue and running.
 	mu      sync.Mutex
 	queue   []pendingCleanup
 	running bool // runCleaner is running
@@ -47,30 +48,30 @@ type pendingCleanup struct {
 	Cleanup
 	ctx   context.Context // the caller's values, without its cancellation
 	until time.Time       // a key set before it was queued has expired by then
-	// errorReplies counts the error replies it got: one that will not
+	// errorReplies counts the error replies it got. One that will not
 	// change (WRONGTYPE, READONLY) would otherwise be retried until then.
 	errorReplies int
 }
 
-// cleanUp runs cu on master i once, with a fresh context bounded by
-// MasterTimeout, and queues it for retries if the master gave no answer.
-// A key it removes expires at most keyTTL after now. It blocks for the try.
+// CleanUp runs cu on master i once, with a fresh context bounded by
+// MasterTimeout. It queues cu for retries if the master gave no answer. A
+// key it removes expires at most keyTTL after now. It blocks for the try.
 func (e *Engine) CleanUp(ctx context.Context, i int, cu Cleanup, keyTTL time.Duration) {
 	if e.tryCleanup(ctx, i, cu, true) != nil {
 		e.RetryLater(ctx, i, cu, keyTTL)
 	}
 }
 
-// tryCleanup runs cu on master i once, with a fresh context (never ctx's
-// cancellation: the caller may have gone; only its values are kept). The
-// first try goes through the master's pipeline, which sends it whatever
-// happens (see node.eval), and waits MasterTimeout for it; a retry goes
-// straight to the client, bounded by lateCallFactor times that. Both stop
-// waiting when Close gives up. The first try sends
-// EVALSHA or FCALL, with their fallbacks (see node.eval); a
-// retry sends EVAL, as the master may have lost its scripts and answered
-// too late for the fallback. It returns nil if the script ran and replied, and otherwise
-// the error, an error reply included (a script error, or a proxy's reply).
+// tryCleanup runs cu on master i once, with a fresh context. It never
+// takes ctx's cancellation, as the caller may have gone; only its values
+// are kept. The first try goes through the master's pipeline, which sends
+// it whatever happens. It waits MasterTimeout for it. A retry goes
+// straight to the client, bounded by LateCallFactor times that. Both stop
+// waiting when Close gives up. The first try sends EVALSHA or FCALL, with
+// their fallbacks. A retry sends EVAL: the master may have lost its
+// scripts, and answered too late for the fallback. tryCleanup returns nil
+// if the script ran and replied. Else it returns the error, an error
+// reply included: a script error, or a proxy's reply.
 func (e *Engine) tryCleanup(ctx context.Context, i int, cu Cleanup, first bool) error {
 	abandon := e.cfg.Work.Abandoned()
 	if err := abandon.Err(); err != nil {
@@ -92,11 +93,11 @@ func (e *Engine) tryCleanup(ctx context.Context, i int, cu Cleanup, first bool) 
 	return cu.Script.Eval(ctx, m.Client, cu.Keys.Names, cu.Args...).Err()
 }
 
-// retryLater queues cu for retries on master i, which gave no answer (an
-// error, a timeout), until it answers, or a key it removes, which expires
-// at most keyTTL after now, has expired. It does not block. It must be
-// called while a count in c.gate is held (a call of a round), so that
-// Close waits for the retries too.
+// RetryLater queues cu for retries on master i, which gave no answer: an
+// error, a timeout. Retries go on until the master answers, or until a
+// key cu removes has expired. Such a key expires at most keyTTL after
+// now. RetryLater does not block. The caller must hold a count of the
+// Work, such as a call of a round. So closing waits for the retries too.
 func (e *Engine) RetryLater(ctx context.Context, i int, cu Cleanup, keyTTL time.Duration) {
 	if e.cfg.Work.Abandoned().Err() != nil {
 		return
@@ -116,14 +117,15 @@ func (e *Engine) RetryLater(ctx context.Context, i int, cu Cleanup, keyTTL time.
 }
 
 // runCleaner retries the queued cleanups of master i until none is left.
-// It tries the oldest one alone; once that succeeds it goes on at once with
-// up to cleanupBatch at a time, in parallel (a master that was stalled may
-// have thousands waiting). After a failure it moves the failed ones to the
-// back and waits, from MasterTimeout on, doubling up to maxCleanupDelay,
-// with jitter, then tries one again. A cleanup is dropped once its key
-// would have expired, however many tries that takes, or after
-// MaxErrorReplies error replies. Once Close has started it
-// stops waiting once; when Close gives up, it drops the queue and returns.
+// It tries the oldest one alone. Once that succeeds it goes on at once
+// with up to cleanupBatch at a time, in parallel. A master that was
+// stalled may have thousands waiting. After a failure it moves the failed
+// ones to the back and waits. The wait starts at MasterTimeout and
+// doubles up to MaxCleanupDelay, with jitter. Then it tries one again. A
+// cleanup is dropped once its key would have expired, however many tries
+// that takes. It is also dropped after MaxErrorReplies error replies.
+// Once closing has started, runCleaner stops waiting once. When closing
+// gives up, it drops the queue and returns.
 func (e *Engine) runCleaner(i int) {
 	w := e.cfg.Work
 	defer w.Leave(1)
@@ -174,8 +176,8 @@ func (e *Engine) runCleaner(i int) {
 	}
 }
 
-// pop returns up to n of the oldest cleanups whose keys may still exist,
-// dropping the others. If none is left, it marks the cleaner as stopped.
+// pop returns up to n of the oldest cleanups whose keys may still exist.
+// It drops the others. If none is left, it marks the cleaner as stopped.
 func (cl *cleaner) pop(n int) []pendingCleanup {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()

@@ -12,18 +12,19 @@ type expirer interface {
 	expire()
 }
 
-// timeouts expires entries a fixed time after each was added, with one
-// timer for them all rather than one per round (a time.Timer or a
-// context.WithTimeout each). Every entry waits the same time, so entries
-// expire in the order they were added. A cancelled entry is marked, and
-// dropped once no pending entry is ahead of it (see cancel) or when the
-// timer fires, which is then armed for the first entry still pending: while
-// rounds end well within their deadlines it fires about once per that
-// time. Expiries run on the timer's goroutine, one at a time. It is safe
-// for concurrent use.
+// timeouts expires entries a fixed time after each was added. One timer
+// serves them all, rather than a time.Timer or context.WithTimeout per
+// round. Every entry waits the same time, so entries expire in the order
+// they were added. A cancelled entry is marked. It is dropped once no
+// pending entry is ahead of it, or when the timer fires. The timer is then
+// armed for the first entry still pending. While rounds end well within
+// their deadlines, it fires about once per that time. Expiries run on the
+// timer's goroutine, one at a time. It is safe for concurrent use. after
+// is set by New, then never changed.
 type timeouts struct {
 	after time.Duration
 
+	// mu guards the fields below.
 	mu      sync.Mutex
 	queue   []pending   // queue[first:] are entries head, head+1, ...; a cancelled one holds no expirer
 	first   int         // queue[:first] were dropped
@@ -52,13 +53,13 @@ func (t *timeouts) add(e expirer) (time.Time, uint64) {
 	return at, n
 }
 
-// cancel marks entry n so that it does not expire, unless it has expired
-// or is expiring already: only then may its expire run after cancel
-// returns. Cancelled entries at the head of the queue are dropped at once,
-// all but the last one queued, so that the queue holds about as many
-// entries as are pending, not as many as were added within t.after. Only
-// fire empties the queue: add arms the timer when it finds the queue empty,
-// which it then cannot be while a fire is due or under way.
+// cancel marks entry n so that it does not expire. If it has expired or
+// is expiring already, its expire may still run after cancel returns.
+// Cancelled entries at the head of the queue are dropped at once, all but
+// the last one queued. So the queue holds about as many entries as are
+// pending, not as many as were added within t.after. Only fire empties
+// the queue. add arms the timer when it finds the queue empty. So the
+// queue cannot be empty while a fire is due or under way.
 func (t *timeouts) cancel(n uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -73,9 +74,9 @@ func (t *timeouts) cancel(n uint64) {
 	t.compact()
 }
 
-// stop stops the timer where every entry queued was cancelled (cancel
-// leaves the last one for fire), so that nothing fires after Client.Close
-// returns; an add arms it again. Entries still pending keep it armed.
+// stop stops the timer where every entry queued was cancelled. cancel
+// leaves the last one for fire. So nothing fires after closing. An add
+// arms the timer again. Entries still pending keep it armed.
 func (t *timeouts) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -93,7 +94,7 @@ func (t *timeouts) stop() {
 }
 
 // quiet reports whether no entry is queued and the timer is not armed.
-// It stops an armed timer to tell: call it only once t is stopped.
+// It stops an armed timer to tell, so call it only once t is stopped.
 func (t *timeouts) quiet() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -110,8 +111,8 @@ func (t *timeouts) arm(d time.Duration) {
 	t.timer.Reset(d)
 }
 
-// fire expires the entries whose time has come, drops the cancelled ones
-// ahead of the first entry still pending, and arms the timer for that one.
+// fire expires the entries whose time has come. It drops the cancelled
+// ones ahead of the first entry still pending, and arms the timer for it.
 func (t *timeouts) fire() {
 	t.mu.Lock()
 	t.firing = true
@@ -146,8 +147,8 @@ func (t *timeouts) fire() {
 }
 
 // compact moves the entries queued to the front of t.queue once the
-// dropped ones are as many: the array is reused rather than grown. t.mu
-// must be held.
+// dropped ones are as many. The array is then reused rather than grown.
+// t.mu must be held.
 func (t *timeouts) compact() {
 	if t.first < len(t.queue)-t.first {
 		return
@@ -157,10 +158,10 @@ func (t *timeouts) compact() {
 	t.queue, t.first = t.queue[:n], 0
 }
 
-// callContext is the context of a round's calls (see Client.do): it has
-// its parent's values, not its cancellation, and ends when the round's
-// calls are done (end) or at its deadline, which a timeouts queue of the
-// Client fires.
+// callContext is the context of a round's calls. It has its parent's
+// values, not its cancellation. It ends when the round's calls are done
+// (end), or at its deadline. The Engine's timeouts queue fires the
+// deadline. Its fields are set by newCallContext, then never changed.
 type callContext struct {
 	context.Context // a context.WithCancelCause without the parent's cancellation
 	cancel          context.CancelCauseFunc
@@ -181,7 +182,7 @@ func newCallContext(parent context.Context, q *timeouts) *callContext {
 func (c *callContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // Err is context.DeadlineExceeded once the deadline ended c. Contexts
-// derived from c then end with context.Canceled, their cause
+// derived from c then end with context.Canceled. Their cause is
 // DeadlineExceeded.
 func (c *callContext) Err() error {
 	err := c.Context.Err()

@@ -2,8 +2,8 @@ package quorum
 
 import "time"
 
-// minDrift is added to every drift allowance: 1ms for the precision of Redis
-// expiry plus 1ms of minimum drift. It dominates for short TTLs.
+// minDrift is added to every drift allowance. It is 1ms for the precision
+// of Redis expiry plus 1ms of minimum drift. It dominates for short TTLs.
 const minDrift = 2 * time.Millisecond
 
 // Drift returns the clock-drift allowance for a lock of the given TTL:
@@ -17,9 +17,9 @@ func Drift(ttl time.Duration, factor float64) time.Duration {
 	return part + minDrift
 }
 
-// Validity returns how long a lock of the given TTL stays safely held after
-// it took elapsed (measured on the monotonic clock from before the first
-// request to the deciding reply) to reach a quorum:
+// Validity returns how long a lock of the given TTL stays safely held
+// after it took elapsed to reach a quorum. elapsed is measured on the
+// monotonic clock, from before the first request to the deciding reply:
 //
 //	ttl - elapsed - (ttl*factor + minDrift)
 //

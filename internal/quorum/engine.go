@@ -1,7 +1,8 @@
-// Package quorum runs Redlock's rounds: one script sent to every master
-// at once, decided as soon as a quorum has agreed or can no longer agree,
-// within the master timeout. It knows masters, rounds and the decision;
-// what an operation does around them is its Spec's Policy.
+// Package quorum runs Redlock's rounds. A round sends one script to every
+// master at once. It is decided as soon as a quorum has agreed or can no
+// longer agree, within the master timeout. The package knows masters,
+// rounds and the decision. What an operation does around them is its
+// Spec's Policy.
 package quorum
 
 import (
@@ -29,8 +30,8 @@ type Config struct {
 	DriftFactor   float64       // see Drift
 	// Timed measures each master's latency (Outcome.Master).
 	Timed bool
-	// SameServer is the verdict on master second, whose server counted
-	// already in the round through master first.
+	// SameServer is the verdict on master second. Its server counted
+	// already in the round, through master first.
 	SameServer func(first, second int, server string) error
 	Work       Work
 }
@@ -70,7 +71,7 @@ type Work interface {
 }
 
 // Engine runs the rounds of one set of masters. It is safe for
-// concurrent use.
+// concurrent use. Each cleaner and each timeouts queue has its own mutex.
 type Engine struct {
 	cfg      Config   // set by New, then never changed
 	masters  []Master // set by New, then never changed
@@ -89,20 +90,20 @@ func New(cfg Config, masters []Master) *Engine {
 	return e
 }
 
-// Stop stops the deadline timers that ended rounds left armed, so that
-// nothing fires once the pipelines are closed.
+// Stop stops the deadline timers that ended rounds left armed. Nothing
+// then fires once the pipelines are closed.
 func (e *Engine) Stop() {
 	e.decisions.stop()
 	e.calls.stop()
 }
 
 // Quiet reports whether no deadline is queued and no timer armed. It
-// stops an armed timer to tell: call it only after Stop.
+// stops an armed timer to tell, so call it only after Stop.
 func (e *Engine) Quiet() bool { return e.decisions.quiet() && e.calls.quiet() }
 
-// Spawn runs f on a goroutine of its own, under ctx's pprof labels, that
-// closing waits for. The caller must hold a count of the Work: a call of
-// a round, say.
+// Spawn runs f on a goroutine of its own, under ctx's pprof labels.
+// Closing waits for it. The caller must hold a count of the Work, such as
+// a call of a round.
 func (e *Engine) Spawn(ctx context.Context, f func()) {
 	w := e.cfg.Work
 	w.EnterHeld(1)
@@ -145,7 +146,7 @@ func (o Outcome) Masters() int {
 }
 
 // Master returns master i's part. Only answers read by the decision are
-// told: the others may still be written.
+// told. The others may still be written.
 func (o Outcome) Master(i int) Result {
 	s := &o.r.slots[i]
 	if !s.read {

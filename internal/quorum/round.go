@@ -13,21 +13,27 @@ import (
 )
 
 // round is the shared state of one Spec's fan-out. The decider (Do) and
-// the masters' pipelines, which answer each call through its slot,
-// communicate through it:
-//   - a call's answer is written to its slot, then counted (tally),
-//     unless the count has closed; the answer that settles the count, or
-//     the round's deadline (expire), whichever comes first, signals ready;
-//   - the decider waits for ready or its context, closes the count, sets
-//     failed, then decides;
-//   - after that, each call that needs it settles: if the round failed it
-//     tries once to undo its call, sends its index on finished, and goes
-//     on retrying the undo in the background if that try got no answer.
+// the masters' pipelines communicate through it. A pipeline answers each
+// call through its slot.
+//   - A call's answer is written to its slot, then counted (tally),
+//     unless the count has closed. The answer that settles the count
+//     signals ready. So does the round's deadline (expire), if it comes
+//     first.
+//   - The decider waits for ready or its context. It closes the count,
+//     sets failed, then decides.
+//   - After that, each call that needs it settles. If the round failed,
+//     it tries once to undo its call, and sends its index on finished. It
+//     goes on retrying the undo in the background if that try got no
+//     answer.
 //
-// No goroutine waits for a call, and the decider wakes once: the
-// pipelines answer the calls, and only the work that may block
-// (identifying a server, undoing, what a policy returns) gets a goroutine
-// of its own.
+// No goroutine waits for a call, and the decider wakes once. The
+// pipelines answer the calls. Only the work that may block gets a
+// goroutine of its own: identifying a server, undoing, what a policy
+// returns.
+//
+// Do sets the fields above mu before the calls go out, but for failed
+// and finished. The decider sets those two before decide; the calls read
+// them only after it.
 type round struct {
 	e        *Engine
 	spec     *Spec
@@ -52,15 +58,15 @@ type round struct {
 }
 
 // slot is one master's part of a round, and the pipeline.Completion of
-// its call. Complete writes its answer once; the decider reads it after
-// the count saw it (read).
+// its call. Complete writes its answer once. The decider reads it after
+// the count saw it (read), under round.mu.
 type slot struct {
 	r *round
 	i int
 	Answer
 	server string // the master's server, "" if unknown
-	// verdict is why an agreement does not count: a replica, a server
-	// that could not be identified, or one that counted already.
+	// verdict is why an agreement does not count. The server is a
+	// replica, could not be identified, or counted already.
 	verdict error
 	read    bool          // the decider saw this reply before deciding, or awaitUndo after
 	late    bool          // read by awaitUndo: it did not count toward the decision
@@ -78,24 +84,25 @@ func (s *slot) failure() error {
 	return s.Err
 }
 
-// MinStragglerWait is the least a failed round waits for the masters that
-// have not answered (see awaitUndo): a round decided in microseconds still
-// gives them time to be scheduled.
+// MinStragglerWait is the least a failed round waits for the masters
+// that have not answered. A round decided in microseconds still gives
+// them time to be scheduled.
 const MinStragglerWait = 250 * time.Microsecond
 
-// Do runs spec on every master in parallel and decides as soon as a
-// quorum has agreed or can no longer agree: at the latest MasterTimeout
-// after the round starts, or when ctx ends. Calls still running then go
-// on in the background, each bounded by LateCallFactor*MasterTimeout and
-// never cut off by ctx, so that a release still reaches slow masters.
+// Do runs spec on every master in parallel. It decides as soon as a
+// quorum has agreed or can no longer agree. That is at the latest
+// MasterTimeout after the round starts, or when ctx ends. Calls still
+// running then go on in the background. Each is bounded by
+// LateCallFactor*MasterTimeout and never cut off by ctx. So a release
+// still reaches slow masters.
 //
 // If the round fails, spec.Undo runs where the script may have applied.
 // Do returns once the masters whose agreement it saw have tried the undo
-// once, and the masters that have not answered had a short grace (see
-// awaitUndo); slower masters undo in the background.
+// once. The masters that have not answered get a short grace. Slower
+// masters undo in the background.
 //
-// It returns ErrClosed, sending nothing, once the Work is closed; else
-// the Outcome, which is OK if the round succeeded.
+// Once the Work is closed, Do sends nothing and returns ErrClosed. Else
+// it returns the Outcome, which is OK if the round succeeded.
 func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	n := len(e.masters)
 	if !e.cfg.Work.Enter(n) { // closing waits for the round's calls
@@ -114,11 +121,11 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	if e.cfg.Timed {
 		r.start = res.Start
 	}
-	// Calls may finish after the decision, so they get longer than it,
-	// and the caller's cancellation ends only the decision. A call cut
-	// off mid-reply costs the pool its connection. An undo sent on
-	// another connection before the call was answered could overtake it.
-	// Closing need not cancel them: each sent ends within its bound.
+	// Calls may finish after the decision, so they get longer than it.
+	// The caller's cancellation ends only the decision. A call cut off
+	// mid-reply costs the pool its connection. An undo sent on another
+	// connection before the call was answered could overtake it. Closing
+	// need not cancel them: each sent ends within its bound.
 	r.ctx = newCallContext(ctx, &e.calls)
 	_, decision := e.decisions.add(r) // wakes the decider at the deadline
 	r.running.Store(int32(n))
@@ -173,7 +180,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	return res, nil
 }
 
-// expire wakes the decider at the round's deadline: what was counted by
+// expire wakes the decider at the round's deadline. What was counted by
 // then decides.
 func (r *round) expire() {
 	r.mu.Lock()
@@ -190,11 +197,11 @@ func (r *round) signalLocked() {
 }
 
 // withdraw takes back the round's calls still queued to masters that are
-// behind, or about to be: busy with earlier calls for twice as long as
-// the round took to be decided, and at least a twentieth of
-// MasterTimeout, so that a healthy master's jitter withdraws nothing.
-// Their answers would come after the decision, and would cost the master
-// and the client at the moment it is slowest.
+// behind, or about to be. Such a master has been busy with earlier calls
+// for twice as long as the round took to be decided. The wait is at least
+// a twentieth of MasterTimeout, so a healthy master's jitter withdraws
+// nothing. The answers would come after the decision. They would cost
+// the master and the client at the moment it is slowest.
 func (r *round) withdraw(elapsed time.Duration) {
 	behind := max(2*elapsed, r.e.cfg.MasterTimeout/20)
 	for i := range r.slots {
@@ -205,12 +212,12 @@ func (r *round) withdraw(elapsed time.Duration) {
 }
 
 // awaitUndo waits until every master whose agreement the decider saw has
-// made its first try to undo it (bounded by MasterTimeout): their keys
-// surely exist, and the caller's next attempt must not find them. It
-// also waits for the masters that have not answered, and their undo,
-// until grace fires: most answer about as fast as the others did, and a
+// made its first try to undo it. That try is bounded by MasterTimeout.
+// Their keys surely exist, and the caller's next attempt must not find
+// them. It also waits for the masters that have not answered, and their
+// undo, until grace fires. Most answer about as fast as the others did. A
 // late agreement not yet undone would make the next attempts fail in
-// turn. A nil grace waits for none of them. It marks each master it
+// turn. A nil grace waits for none of them. awaitUndo marks each master it
 // hears from as read.
 func (r *round) awaitUndo(grace <-chan time.Time) {
 	known := 0
@@ -235,8 +242,8 @@ func (r *round) awaitUndo(grace <-chan time.Time) {
 	}
 }
 
-// heardReply reports whether the decider saw a master reply (agree or
-// refuse), not fail.
+// heardReply reports whether the decider saw a master reply, agree or
+// refuse, rather than fail.
 func (r *round) heardReply() bool {
 	for i := range r.slots {
 		if s := &r.slots[i]; s.read && s.failure() == nil {
@@ -262,7 +269,7 @@ func (r *round) send(i int) {
 }
 
 // Complete takes the master's answer to the slot's call. It runs on the
-// master's pipeline, or where the call was answered unsent, so it does
+// master's pipeline, or where the call was answered unsent. So it does
 // not block: a server it must identify by asking gets a goroutine.
 func (s *slot) Complete(v int64, err error) {
 	r, i := s.r, s.i
@@ -278,13 +285,13 @@ func (s *slot) Complete(v int64, err error) {
 	switch {
 	case !s.Applied() || id == nil:
 	case sp.Send.Must:
-		// Such agreements only tell what is reported, and are not held
-		// up to identify the server: the identity last learned, if any,
+		// Such agreements only tell what is reported. They are not held
+		// up to identify the server. The identity last learned, if any,
 		// keeps one server from counting twice.
 		s.server = id.Last()
 	default:
-		// A replica does not count toward a quorum; nor does a server
-		// that counted already in this round (see tallyLocked).
+		// A replica does not count toward a quorum. Nor does a server
+		// that counted already in this round.
 		var known bool
 		if s.server, s.verdict, known = id.Known(); !known {
 			go func() {
@@ -298,9 +305,9 @@ func (s *slot) Complete(v int64, err error) {
 	r.answered(i)
 }
 
-// answered counts master i's answer, unless the count has closed, runs
-// the policy's Answered, and settles the call now if the round was
-// decided, else once it is (see decide).
+// answered counts master i's answer, unless the count has closed. It
+// runs the policy's Answered. It settles the call now if the round was
+// decided. Else decide settles it.
 func (r *round) answered(i int) {
 	s := &r.slots[i]
 	settles := r.spec.Undo != nil || r.policy.Settles(s.Answer)
@@ -332,8 +339,8 @@ func (r *round) tallyLocked(i int) {
 	s.read = true
 	if s.agreed() && s.server != "" {
 		// One server counts once: the first of its masters to agree. A
-		// master that refused does not stand for its server, which may
-		// hold the lock in another database.
+		// master that refused does not stand for its server. The server
+		// may hold the lock in another database.
 		for j := range r.slots {
 			if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
 				s.verdict = r.e.cfg.SameServer(j, i, s.server)
@@ -352,14 +359,14 @@ func (r *round) tallyLocked(i int) {
 	r.agreed++
 }
 
-// undecidedLocked reports whether the answers counted decide nothing yet:
-// too few agreed, and enough may still. r.mu must be held.
+// undecidedLocked reports whether the answers counted decide nothing
+// yet. Too few agreed, and enough may still. r.mu must be held.
 func (r *round) undecidedLocked() bool {
 	q := r.e.cfg.Quorum
 	return r.agreed < q && len(r.slots)-r.refused >= q
 }
 
-// decide ends the round's decision: failed is set. It settles the calls
+// decide ends the round's decision; failed is set. It settles the calls
 // answered before it.
 func (r *round) decide() {
 	r.mu.Lock()
@@ -373,7 +380,7 @@ func (r *round) decide() {
 
 // settle does what follows the decision on master i. After a success it
 // runs the policy's Settled where Settles chose it. After a failure it
-// undoes the call where it may have applied, and retries the undo in the
+// undoes the call where it may have applied. It retries the undo in the
 // background until the master answers. What may block runs on a
 // goroutine of its own.
 func (r *round) settle(i int) {
@@ -408,7 +415,7 @@ func (r *round) settle(i int) {
 }
 
 // background runs f, then callDone, on a goroutine of its own under the
-// round's pprof labels: a call of the round that goes on after its
+// round's pprof labels. It is a call of the round that goes on after its
 // answer.
 func (r *round) background(f func()) {
 	go func() {
@@ -418,7 +425,7 @@ func (r *round) background(f func()) {
 	}()
 }
 
-// callDone ends a call of the round: the last one ends the calls'
+// callDone ends a call of the round. The last one ends the calls'
 // context.
 func (r *round) callDone() {
 	if r.running.Add(-1) == 0 {

@@ -12,7 +12,8 @@ import (
 )
 
 // Spec describes one operation: the script every master runs, how its
-// calls are sent, what a success needs, and the policy of the operation.
+// calls are sent, what a success needs, and the operation's policy. The
+// engine only reads it.
 type Spec struct {
 	Script *redis.Script
 	Keys   pipeline.Keys
@@ -30,7 +31,7 @@ type Spec struct {
 
 // Send says how a round's calls go out.
 type Send struct {
-	// Must: a call is never shed nor dropped, and is sent even if the
+	// Must: a call is never shed nor dropped. It is sent even if the
 	// caller's context has ended. Its agreements are not held up to
 	// identify the server: the identity last learned counts instead.
 	Must bool
@@ -40,7 +41,8 @@ type Send struct {
 	// round is decided is not sent.
 	Withdraw bool
 	// Unsent, with Withdraw, collects the masters where the call was
-	// surely not sent (bit i for master i), as soon as each is known.
+	// surely not sent (bit i for master i). Each bit is set as soon as it
+	// is known.
 	Unsent *atomic.Uint64
 }
 
@@ -49,15 +51,15 @@ type Send struct {
 type Undo struct {
 	Script *redis.Script
 	Args   []any
-	// Mark is Args where the call's outcome is unknown: the undo may
-	// overtake the call, and must leave a marker that refuses it.
+	// Mark is Args where the call's outcome is unknown. The undo may
+	// overtake the call, so it must leave a marker that refuses it.
 	Mark []any
-	// KeyTTL is the longest the key it removes can live: retrying longer
+	// KeyTTL is the longest the key it removes can live. Retrying longer
 	// is useless.
 	KeyTTL time.Duration
 }
 
-// Policy is an operation's part in its rounds: the engine calls it where
+// Policy is an operation's part in its rounds. The engine calls it where
 // the operation, not the quorum, decides what happens.
 type Policy interface {
 	// Queued runs once the round's calls are queued on every master.
@@ -68,13 +70,13 @@ type Policy interface {
 	// Settles reports whether master i's answer needs Settled once a
 	// successful round is decided.
 	Settles(a Answer) bool
-	// Settled runs once a successful round is decided; counted tells
+	// Settled runs once a successful round is decided. counted tells
 	// whether the decision counted a. It returns what may block, to run
 	// on a goroutine of its own, or nil.
 	Settled(ctx context.Context, i int, a Answer, counted bool) func()
 }
 
-// NoHooks is a Policy that does nothing: a policy embeds it for the
+// NoHooks is a Policy that does nothing. A policy embeds it for the
 // hooks it does not need.
 type NoHooks struct{}
 
@@ -95,17 +97,17 @@ func (a Answer) Applied() bool { return a.Err == nil && a.Val > 0 }
 // Refused reports whether the master answered no.
 func (a Answer) Refused() bool { return a.Err == nil && a.Val == 0 }
 
-// Unknown reports whether the call's outcome is unknown: it may have
-// reached the master, and may still land there (see Unanswered).
+// Unknown reports whether the call's outcome is unknown. It may have
+// reached the master, and may still land there.
 func (a Answer) Unknown() bool { return Unanswered(a.Err) }
 
 // MayHaveApplied reports whether the script applied or may still.
 func (a Answer) MayHaveApplied() bool { return a.Val > 0 || a.Unknown() }
 
-// Unanswered reports whether err leaves a call's outcome unknown. So
-// does an error reply, which may come from a proxy that forwarded the
-// call and gave up waiting for the server. Only a call its pipeline did
-// not send reached nothing.
+// Unanswered reports whether err leaves a call's outcome unknown. An
+// error reply does too: it may come from a proxy that forwarded the call
+// and gave up waiting for the server. Only a call its pipeline did not
+// send reached nothing.
 func Unanswered(err error) bool {
 	return err != nil && !errors.Is(err, pipeline.ErrNotSent)
 }

@@ -13,22 +13,27 @@ import (
 )
 
 // Holders keeps, per owner, the lock that owner holds through one handle.
-// A hold ends with its lock (see redlock.Lock.Done: lost, expired, its
-// Client closed, or released on the Lock itself): the owner holds nothing
-// then, and one later call of the owner reports the loss. Losses wait for
-// their reports, oldest first, even past a new hold: a release reports a
-// loss before it touches a newer lock, which it might not belong to.
-// Changes for one owner run one at a time, each with its Turn (a blocked
-// Lock holds up only its own owner, and a call that waits for it still
-// ends with its context); reads never wait. The zero value is ready; it is
-// safe for concurrent use.
+// A hold ends with its lock: lost, expired, its Client closed, or
+// released on the Lock itself. The owner then holds nothing, and one
+// later call of the owner reports the loss. Losses wait for their
+// reports, oldest first, even past a new hold. A release reports a loss
+// before it touches a newer lock, which it might not belong to. Changes
+// for one owner run one at a time, each with its Turn. A blocked Lock
+// holds up only its own owner. A call that waits for it still ends with
+// its context. Reads never wait. The zero value is ready. It is safe for
+// concurrent use.
+//
+// Lock order: Holders.mu, then Turn.mu, then queuesMu. Holders.mu is never
+// held across a round, nor while a Lock may report events: Done, Err and
+// Context may call the Observer.
 type Holders struct {
-	// Mutex makes these the holds of a Mutex: not reentrant, so a Take
-	// after the owner's lock ended takes the lock anew, and a hold keeps
-	// the owner's turn until it ends, so the next Take waits for it. Set it
-	// before the Holders are used.
+	// Mutex makes these the holds of a Mutex. They are not reentrant, so a
+	// Take after the owner's lock ended takes the lock anew. A hold keeps
+	// the owner's turn until it ends, so the next Take waits for it. Set
+	// it before the Holders are used.
 	Mutex bool
 
+	// mu guards m, and each holder's turn, users, lost and unwatch.
 	mu sync.Mutex
 	m  map[string]*holder
 }
@@ -36,26 +41,27 @@ type Holders struct {
 type holder struct {
 	busy chan struct{} // holds a token while a Turn has the owner's place
 	// lock is the lock held. It is stored under the owner's place and
-	// Holders.mu, and cleared under Holders.mu: the end of a lock needs
-	// no place.
+	// Holders.mu. It is cleared under Holders.mu alone: the end of a lock
+	// needs no place. Atomic, as Get's callers read it without a place.
 	lock  atomic.Pointer[redlock.Lock]
 	turn  *Turn // the turn lock's hold keeps, or nil; guarded by Holders.mu
 	users int   // calls using this holder; guarded by Holders.mu
 	// lost are the locks that ended while held, oldest first, until calls
-	// report them; guarded by Holders.mu.
+	// report them. Guarded by Holders.mu.
 	lost []*redlock.Lock
-	// unwatch stops the watch of lock's end; guarded by Holders.mu.
+	// unwatch stops the watch of lock's end. Guarded by Holders.mu.
 	unwatch func() bool
 }
 
 // errOwnerBusy is take's error when ctx ended while another change for
-// the owner ran: nothing was done.
+// the owner ran. Nothing was done.
 var errOwnerBusy = errors.New("gave up waiting for another call of this owner")
 
 // take returns the owner's holder and a Turn holding the owner's place,
-// once no other Turn holds it. If one does, take returns refuse(o)'s error
-// at once where it is not nil (refuse may be nil), and otherwise waits for
-// that Turn or for ctx to end. The caller calls done with both.
+// once no other Turn holds it. If one does, take asks refuse(o), unless
+// refuse is nil. It returns a non-nil error of refuse at once. Otherwise
+// it waits for that Turn or for ctx to end. The caller calls done with
+// both.
 func (h *Holders) take(ctx context.Context, owner string, refuse func(o *holder) error) (*holder, *Turn, error) {
 	h.mu.Lock()
 	if h.m == nil {
@@ -90,9 +96,9 @@ func (h *Holders) take(ctx context.Context, owner string, refuse func(o *holder)
 	return o, &Turn{busy: o.busy}, nil
 }
 
-// done ends a call that took t (nil: it got no turn): it gives up what
-// the owner's hold does not keep of t. A holder left without a lock or a
-// loss to report is forgotten, but for a Mutex's, which stays.
+// done ends a call that took t, or nil if it got no turn. It gives up
+// what the owner's hold does not keep of t. A holder left without a lock
+// or a loss to report is forgotten. A Mutex's holder stays.
 func (h *Holders) done(owner string, o *holder, t *Turn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -108,7 +114,7 @@ func (h *Holders) done(owner string, o *holder, t *Turn) {
 }
 
 // with runs f with the owner's holder and a Turn holding the owner's
-// place (see take). A panic in f leaves the holder usable.
+// place. A panic in f leaves the holder usable.
 func (h *Holders) with(ctx context.Context, owner string, refuse func(o *holder) error, f func(o *holder, t *Turn) error) error {
 	o, t, err := h.take(ctx, owner, refuse)
 	if err != nil {
@@ -118,8 +124,8 @@ func (h *Holders) with(ctx context.Context, owner string, refuse func(o *holder)
 	return f(o, t)
 }
 
-// hold stores l as the owner's lock; t must hold the owner's place. The
-// hold keeps t if t holds the process's place, or if h.Mutex; it then
+// hold stores l as the owner's lock. t must hold the owner's place. The
+// hold keeps t if t holds the process's place, or if h.Mutex. It then
 // gives t up as soon as l ends.
 func (h *Holders) hold(o *holder, l *redlock.Lock, t *Turn) {
 	keep := h.Mutex || t.lined()
@@ -143,15 +149,15 @@ func (h *Holders) hold(o *holder, l *redlock.Lock, t *Turn) {
 	})
 }
 
-// endLocked ends the hold of l, which ended, and gives its turn up; h.mu
+// endLocked ends the hold of l, which ended, and gives its turn up. h.mu
 // must be held, and o's lock must be l.
 func (h *Holders) endLocked(o *holder, l *redlock.Lock) {
 	h.forgetLocked(o).give()
 	o.lost = append(o.lost, l)
 }
 
-// forgetLocked drops o's lock and returns the turn its hold kept, or nil;
-// h.mu must be held. Losses to report stay.
+// forgetLocked drops o's lock and returns the turn its hold kept, or
+// nil. h.mu must be held. Losses to report stay.
 func (h *Holders) forgetLocked(o *holder) *Turn {
 	o.lock.Store(nil)
 	if o.unwatch != nil {
@@ -163,8 +169,8 @@ func (h *Holders) forgetLocked(o *holder) *Turn {
 	return t
 }
 
-// liveLocked returns o's lock, or nil; a lock that ended is no longer
-// held, and its hold ends here if it has not yet. h.mu must be held.
+// liveLocked returns o's lock, or nil. A lock that ended is no longer
+// held; its hold ends here if it has not yet. h.mu must be held.
 func (h *Holders) liveLocked(o *holder) *redlock.Lock {
 	l := o.lock.Load()
 	if l == nil {
@@ -178,7 +184,7 @@ func (h *Holders) liveLocked(o *holder) *redlock.Lock {
 }
 
 // reportLocked returns, and forgets, the oldest lock of o that ended and
-// was not reported yet, or nil; h.mu must be held.
+// was not reported yet, or nil. h.mu must be held.
 func (h *Holders) reportLocked(o *holder) *redlock.Lock {
 	if len(o.lost) == 0 {
 		return nil
@@ -190,7 +196,7 @@ func (h *Holders) reportLocked(o *holder) *redlock.Lock {
 }
 
 // settle forgets l, the owner's lock, if it ended during a round of it
-// that failed with err: err reports the loss. The caller holds the
+// that failed with err. err then reports the loss. The caller holds the
 // owner's place.
 func (h *Holders) settle(o *holder, l *redlock.Lock, err error) {
 	if err == nil {
@@ -204,8 +210,8 @@ func (h *Holders) settle(o *holder, l *redlock.Lock, err error) {
 }
 
 // Lost returns the error of a call, op on key, that found the lock of who
-// (such as "this Mutex") ended while held: it wraps redlock.ErrNotHeld and
-// l.Err, the cause.
+// (such as "this Mutex") ended while held. It wraps redlock.ErrNotHeld
+// and l.Err, the cause.
 func Lost(op, key, who string, l *redlock.Lock) error {
 	cause := l.Err()
 	if errors.Is(cause, redlock.ErrNotHeld) {
@@ -215,9 +221,9 @@ func Lost(op, key, who string, l *redlock.Lock) error {
 }
 
 // Get returns the oldest lock the owner held here that ended, until a
-// call of the owner reports the loss; else the lock it holds; else nil.
-// A loss comes first: the caller may be the one that held it. It does not
-// wait.
+// call of the owner reports the loss. Else it returns the lock the owner
+// holds, or nil. A loss comes first: the caller may be the one that held
+// it. Get does not wait.
 func (h *Holders) Get(owner string) *redlock.Lock {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -231,7 +237,7 @@ func (h *Holders) Get(owner string) *redlock.Lock {
 	return nil
 }
 
-// Holding returns the lock the owner holds here, or nil: a lock that
+// Holding returns the lock the owner holds here, or nil. A lock that
 // ended is not held. It does not wait.
 func (h *Holders) Holding(owner string) *redlock.Lock {
 	h.mu.Lock()
@@ -242,14 +248,14 @@ func (h *Holders) Holding(owner string) *redlock.Lock {
 	return nil
 }
 
-// Take adds a hold for owner: it re-enters the lock the owner holds here,
-// else calls try once, or through Wait when block. A new lock is renewed
-// automatically with opts.AutoRenew. Unless h.Mutex, a Take after the
-// owner's lock ended reports the loss (see Lost) as a failed re-entry.
+// Take adds a hold for owner. It re-enters the lock the owner holds
+// here. Else it calls try once, or through Wait when block. A new lock is
+// renewed automatically with opts.AutoRenew. Unless h.Mutex, a Take after
+// the owner's lock ended reports the loss as a failed re-entry.
 //
-// Another call for owner under way makes it wait (block) or fail at once
-// with an error wrapping redlock.ErrNotObtained. For a Mutex, that call is
-// its hold too.
+// Another call for owner under way makes it wait (block). Else it fails
+// at once with an error wrapping redlock.ErrNotObtained. For a Mutex,
+// that call is its hold too.
 func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string, wakeAll, block bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error)) error {
 	var refuse func(*holder) error
@@ -297,17 +303,17 @@ func (h *Holders) Take(ctx context.Context, c *redlock.Client, key, owner string
 	return err
 }
 
-// Release removes one of owner's holds; it forgets the lock after the
-// last, or once its client is closed.
-// It returns an error wrapping redlock.ErrNotHeld if owner holds nothing
-// here, at once even while a Lock of owner waits; op and key name the call
-// in its errors, which report a lock that ended while held (see Lost). It
-// waits for another change of owner's holds under way; if ctx ends first,
-// it returns an error matching ctx.Err() and the hold is kept.
+// Release removes one of owner's holds. It forgets the lock after the
+// last, or once its client is closed. It returns an error wrapping
+// redlock.ErrNotHeld if owner holds nothing here. It does so at once,
+// even while a Lock of owner waits. op and key name the call in its
+// errors, which report a lock that ended while held. It waits for another
+// change of owner's holds under way. If ctx ends first, it returns an
+// error matching ctx.Err(), and the hold is kept.
 func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
-	// notHeld is the error of a call that found no lock to release; lost
-	// is the loss it reports, if any, taken under h.mu. Built outside it:
-	// Lost asks the lock's Err, which may report events.
+	// notHeld is the error of a call that found no lock to release. lost
+	// is the loss it reports, if any, taken under h.mu. The error is built
+	// outside h.mu: Lost asks the lock's Err, which may report events.
 	notHeld := func(lost *redlock.Lock) error {
 		if lost != nil {
 			return Lost(op, key, fmt.Sprintf("owner %q", owner), lost)
@@ -315,7 +321,7 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 		return fmt.Errorf("%w: %s %s: owner %q holds nothing here", redlock.ErrNotHeld, op, clip.Quote(key), owner)
 	}
 	// releasable returns o's live lock where no loss waits to be reported
-	// first; else nil, and the loss it reports, if any.
+	// first. Else it returns nil, and the loss it reports, if any.
 	releasable := func(o *holder) (l, lost *redlock.Lock) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -363,11 +369,11 @@ func (h *Holders) Release(ctx context.Context, owner, op, key string) error {
 	return err
 }
 
-// Drop forgets the lock of a Mutex and returns it and the turn its hold
-// kept, which the caller gives up with Release. Where a lock that ended
-// while held was not reported yet, it returns instead the oldest such (see
-// Lost), and keeps the hold. Else nothing: at once, without waiting, while
-// a Lock of the Mutex is under way.
+// Drop forgets the lock of a Mutex. It returns it and the turn its hold
+// kept, which the caller gives up with Release. A lock may have ended
+// while held and not been reported yet. Drop then returns the oldest such
+// instead, and keeps the hold. While a Lock of the Mutex is under way, it
+// returns nothing, at once.
 func (h *Holders) Drop() (l *redlock.Lock, t *Turn, ended *redlock.Lock) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

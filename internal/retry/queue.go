@@ -8,19 +8,19 @@ import (
 )
 
 // Turn is one call's turn: the one token a blocking call of package mutex
-// or rwmutex takes. It holds up to two places, taken in this order and
-// given back together.
+// or rwmutex takes. It holds up to two places. They are taken in this
+// order and given back together.
 //
 // The owner's place lets one change of an owner's holds run at a time. A
 // Mutex's hold keeps it, so the Mutex's next Lock waits for the Unlock.
 //
 // The process's place lets this process's waiters for one exclusive lock
-// try one at a time, so that they do not split the masters' votes among
-// themselves. The waiter that gets the lock keeps it until its release
-// hands the lock on (see Release). The next waiter then tries once the
-// lock is free, instead of being refused while it is held.
+// try one at a time. So they do not split the masters' votes among
+// themselves. The waiter that gets the lock keeps the place until its
+// release hands the lock on. The next waiter then tries once the lock is
+// free, instead of being refused while it is held.
 //
-// The two are distinct: an owner's re-entry or release must not wait for
+// The two are distinct. An owner's re-entry or release must not wait for
 // another owner's waiter, which waits for that very release. The zero
 // Turn holds nothing. It is safe for concurrent use.
 type Turn struct {
@@ -47,7 +47,7 @@ var (
 )
 
 // line adds the process's place for key on c to t. It blocks until the
-// place is free or ctx ends; waited tells whether it had to wait.
+// place is free or ctx ends. waited tells whether it had to wait.
 func (t *Turn) line(ctx context.Context, c *redlock.Client, key string) (waited bool, err error) {
 	k := queueKey{c, key}
 	queuesMu.Lock()
@@ -110,7 +110,7 @@ func (t *Turn) leaveOwner() {
 	}
 }
 
-// give gives every place t holds up; later calls do nothing. A nil *Turn
+// give gives every place t holds up. Later calls do nothing. A nil *Turn
 // holds nothing.
 func (t *Turn) give() {
 	if t == nil {
@@ -127,14 +127,14 @@ func (t *Turn) lined() bool {
 	return t.q != nil
 }
 
-// Release gives up one hold of l (see redlock.Lock.Release), and t, the
-// turn l's hold kept (nil: none). The last hold gives t up when the
-// release hands the lock on (see link.Hooks.Release), at the latest when Release
-// returns. The next waiter of this process then tries at once. Its acquire
-// reaches each master behind the release and finds the lock free, where it
-// would have been refused while l was held. Where l keeps another hold,
-// taken through the Lock itself, t gives the owner's place up when Release
-// returns, and the process's once l ends.
+// Release gives up one hold of l, and t, the turn l's hold kept (nil:
+// none). The last hold gives t up when the release hands the lock on, at
+// the latest when Release returns. The next waiter of this process then
+// tries at once. Its acquire reaches each master behind the release. It
+// finds the lock free there, where it would have been refused while l was
+// held. l may keep another hold, taken through the Lock itself. t then
+// gives the owner's place up when Release returns, and the process's once
+// l ends.
 func Release(ctx context.Context, l *redlock.Lock, t *Turn) error {
 	if t == nil {
 		return l.Release(ctx)

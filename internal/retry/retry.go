@@ -1,5 +1,5 @@
-// Package retry holds what the blocking locks of package mutex and rwmutex
-// share: their options and the loop that waits for a lock.
+// Package retry holds what the blocking locks of package mutex and
+// rwmutex share: their options and the loop that waits for a lock.
 package retry
 
 import (
@@ -14,7 +14,7 @@ import (
 	"github.com/go-redlock/redlock/internal/link"
 )
 
-// Options configure a blocking lock; packages mutex and rwmutex document
+// Options configure a blocking lock. Packages mutex and rwmutex document
 // them for their users, with their defaults.
 type Options struct {
 	TTL           time.Duration
@@ -33,7 +33,7 @@ const (
 	DefaultMaxRetryDelay = 200 * time.Millisecond
 )
 
-// Check fills in the defaults and names the first invalid value: what is
+// Check fills in the defaults and names the first invalid value. what is
 // the options' type, such as "mutex.Options". The TTL must also suit the
 // client's options.
 func (o Options) Check(client *redlock.Client, key, what string) (Options, error) {
@@ -66,7 +66,7 @@ func (o Options) Check(client *redlock.Client, key, what string) (Options, error
 }
 
 // NilContext is the error of call op (such as "Mutex.Lock") on key when
-// its context is nil: it is refused before anything is done.
+// its context is nil. The call is refused before anything is done.
 func NilContext(op, key string) error {
 	return fmt.Errorf("%w: %s %s: nil context", redlock.ErrInvalidArgument, op, clip.Quote(key))
 }
@@ -78,18 +78,18 @@ func orDefault(v, def time.Duration) time.Duration {
 	return v
 }
 
-// Wait calls try until it gets the lock, fails for a reason waiting cannot
-// mend, or ctx ends. After a first failed attempt it subscribes to the
-// lock's releases (wakeAll: every release wakes it; else one waiter per
-// release), tries again at once unless the client already watched them
-// (a release may have come in between), and then retries on each wake-up
-// or when the fallback timer fires. Waiters for an exclusive lock (not
-// wakeAll) in one process take turns: Wait first adds the process's place
-// to t, and keeps it there once it gets the lock (see Turn). If ctx ends
-// first, the error matches ctx.Err() and tells the last attempt's outcome.
-// With opts.AutoRenew the lock is renewed from then on. When it waited for
-// its turn or its first attempt found the lock held, the wait is reported
-// to the client's Observer.
+// Wait calls try until it gets the lock, fails for a reason waiting
+// cannot mend, or ctx ends. After a first failed attempt it subscribes to
+// the lock's releases. With wakeAll every release wakes it; else one
+// waiter per release. It tries again at once, unless the client already
+// watched the releases: one may have come in between. It then retries on
+// each wake-up, or when the fallback timer fires. Waiters for an
+// exclusive lock (not wakeAll) in one process take turns. Wait first adds
+// the process's place to t, and keeps it there once it gets the lock. If
+// ctx ends first, the error matches ctx.Err() and tells the last
+// attempt's outcome. With opts.AutoRenew the lock is renewed from then
+// on. The wait is reported to the client's Observer if Wait waited for
+// its turn, or its first attempt found the lock held.
 func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options, t *Turn,
 	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
 	start := time.Now() // a wait for a turn counts as waiting
@@ -108,7 +108,7 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 		if kept {
 			return
 		}
-		// Failed, or a panic (an Observer's, say): never keep the turn,
+		// Failed, or a panic (an Observer's, say). Never keep the turn,
 		// nor a lock nobody will release.
 		t.leaveLine()
 		if l != nil {
@@ -172,8 +172,8 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	}
 }
 
-// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has ended:
-// the attempt may have seen it end only after its round.
+// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has
+// ended. The attempt may have seen it end only after its round.
 func ctxErr(ctx context.Context, err error) error {
 	if end := ctx.Err(); err != nil && end != nil && !errors.Is(err, end) {
 		return fmt.Errorf("%w; gave up waiting: %w", err, end)
@@ -181,7 +181,7 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// retryable reports whether a failed attempt is worth another: the lock
+// retryable reports whether a failed attempt is worth another. The lock
 // was held or the quorum not reached, and ctx has not ended.
 func retryable(ctx context.Context, err error) bool {
 	return err != nil && errors.Is(err, redlock.ErrNotObtained) && !errors.Is(err, redlock.ErrUpgrade) && ctx.Err() == nil
