@@ -157,14 +157,15 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}
 	args := l.args(a)
 	l.sendsTTL(l.ttl)
+	p := &acquirePolicy{l: l, holds: holds, undo: quorum.Undo{Script: m.release, Args: undo, Mark: mark, KeyTTL: l.longestTTL()}}
 	o := &op{name: "acquire", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
 		Script: m.acquire,
 		Keys:   l.keys,
 		Args:   args,
 		Send:   quorum.Send{Withdraw: true},
-		Undo:   &quorum.Undo{Script: m.release, Args: undo, Mark: mark, KeyTTL: l.longestTTL()},
+		Undo:   &p.undo,
 		TTL:    l.ttl,
-		Policy: &acquirePolicy{l: l, holds: holds},
+		Policy: p,
 	}}
 	if holds == 1 {
 		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
@@ -323,7 +324,8 @@ func (l *Lock) dropOn(ctx context.Context, i int, unknown bool) {
 type acquirePolicy struct {
 	quorum.NoHooks
 	l     *Lock
-	holds int // the holds the round sets
+	holds int         // the holds the round sets
+	undo  quorum.Undo // the round's; here, not allocated on its own
 }
 
 func (p *acquirePolicy) Settles(a quorum.Answer) bool { return a.MayHaveApplied() }
