@@ -127,6 +127,9 @@ func (c *Client) masterResults(o *op, res quorum.Outcome, ctxErr error) (ms []Ma
 		switch r := res.Master(i); {
 		case r.Heard:
 			m.Agreed, m.Err, m.Latency = r.Agreed, closedError(r.Err), r.Latency
+			if r.Verdict != nil { // the identification's error, as it is
+				m.Err = r.Verdict
+			}
 			if r.Late { // the decision did not count it
 				m.Err = errAgreedLate
 			}

@@ -133,7 +133,8 @@ type Result struct {
 	Agreed  bool  // it agreed, and counted
 	Late    bool  // it agreed after the decision: it did not count
 	Val     int64 // its reply
-	Err     error // why it gave no answer, or does not count
+	Err     error // why it gave no answer, as its pipeline said
+	Verdict error // why its agreement does not count: see slot.verdict
 	Latency time.Duration
 }
 
@@ -152,7 +153,7 @@ func (o Outcome) Master(i int) Result {
 	if !s.read {
 		return Result{}
 	}
-	res := Result{Heard: true, Agreed: s.agreed(), Val: s.Val, Err: s.failure(), Latency: s.latency}
+	res := Result{Heard: true, Agreed: s.agreed(), Val: s.Val, Err: s.Err, Verdict: s.verdict, Latency: s.latency}
 	if res.Agreed && s.late {
 		res.Agreed, res.Late = false, true
 	}
