@@ -84,7 +84,19 @@ func inBatch(t *testing.T, m harness.Master, p *Pipeline, n int, call func()) {
 func TestPipelineFunctions(t *testing.T) {
 	m, admin, p := startMaster(t)
 	p.UseFunctions(testFunctions)
-	v, err := p.Run(t.Context(), incrScript, NewKeys("k"), nil, false)
+	// The first call starts the load before it builds its command. A load
+	// answered in between would rightly make it an FCALL. So the master
+	// stays stopped until the call is built.
+	require.NoError(t, m.Pause(t.Context()))
+	first := make(chan answer, 1)
+	go func() {
+		v, err := p.Run(t.Context(), incrScript, NewKeys("k"), nil, false)
+		first <- answer{val: v, err: err}
+	}()
+	poll(t, 5*time.Second, "sending the first call", func() bool { return statsOf(p).alone == 1 })
+	require.NoError(t, m.Resume(t.Context()))
+	a := <-first
+	v, err := a.val, a.err
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), v)
 	poll(t, 5*time.Second, "loaded", func() bool { return p.fnState.Load() == fnOn })
