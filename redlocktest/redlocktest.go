@@ -208,6 +208,10 @@ func (m *Master) killLocked() {
 		m.paused = nil
 	}
 	if m.srv != nil {
+		// miniredis answers INFO without its lock, and its Close clears
+		// the server under it: stop the connections, and wait for them,
+		// first.
+		m.srv.Server().Close()
 		m.srv.Close()
 		m.srv = nil
 	}
