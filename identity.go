@@ -220,16 +220,12 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// admit identifies master i after it answered. Only then is a connection
-// opened for the call itself seen. It returns the run_id ("" if unknown).
-// It also returns why the answer must not count: the master is a replica,
-// or could not be identified. Of two masters that are one server, the
-// round counts one. admit blocks while it asks the server.
-func (c *Client) admit(ctx context.Context, i int) (string, error) {
-	id := c.nodes[i].id
-	if id == nil {
-		return "", nil
-	}
+// Admit identifies the server after its master answered. Only then is a
+// connection opened for the call itself seen. It returns the run_id (""
+// if unknown). It also returns why the answer must not count: the server
+// is a replica, or could not be identified. Of two masters that are one
+// server, the round counts one. Admit blocks while it asks the server.
+func (id *idCache) Admit(ctx context.Context) (string, error) {
 	s, err := id.get(ctx)
 	if err != nil {
 		return "", fmt.Errorf("identifying the server: %w", err)
@@ -237,13 +233,9 @@ func (c *Client) admit(ctx context.Context, i int) (string, error) {
 	return judge(s)
 }
 
-// admitKnown is admit without asking the server. known is false where
-// admit would ask it.
-func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
-	id := c.nodes[i].id
-	if id == nil {
-		return "", nil, true
-	}
+// Known is Admit without asking the server. known is false where Admit
+// would ask it.
+func (id *idCache) Known() (runID string, err error, known bool) {
 	s := id.fresh()
 	if s == nil {
 		return "", nil, false
@@ -252,13 +244,11 @@ func (c *Client) admitKnown(i int) (runID string, err error, known bool) {
 	return runID, err, true
 }
 
-// lastServer returns the run_id of master i as last learned, without
-// asking. It returns "" where it is unknown.
-func (c *Client) lastServer(i int) string {
-	if id := c.nodes[i].id; id != nil {
-		if s := id.current.Load(); s != nil {
-			return s.runID
-		}
+// Last returns the run_id as last learned, without asking. It returns ""
+// where it is unknown.
+func (id *idCache) Last() string {
+	if s := id.current.Load(); s != nil {
+		return s.runID
 	}
 	return ""
 }
@@ -466,13 +456,3 @@ func sameAddr(o *redis.Options) string {
 	}
 	return fmt.Sprintf("%s:%s/%d", host, port, o.DB)
 }
-
-// nodeID is master i's quorum.Identity.
-type nodeID struct {
-	c *Client
-	i int
-}
-
-func (n nodeID) Known() (string, error, bool)              { return n.c.admitKnown(n.i) }
-func (n nodeID) Admit(ctx context.Context) (string, error) { return n.c.admit(ctx, n.i) }
-func (n nodeID) Last() string                              { return n.c.lastServer(n.i) }

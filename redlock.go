@@ -268,7 +268,10 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	qm := make([]quorum.Master, n)
 	for i := range c.nodes {
-		qm[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe, ID: nodeID{c, i}}
+		qm[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe}
+		if id := c.nodes[i].id; id != nil { // a nil *idCache would be a non-nil Identity
+			qm[i].ID = id
+		}
 	}
 	c.engine = quorum.New(quorum.Config{
 		Quorum:        c.quorum,

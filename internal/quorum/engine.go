@@ -40,7 +40,7 @@ type Config struct {
 type Master struct {
 	Client redis.Scripter // for cleanup retries, sent without the pipeline
 	Pipe   *pipeline.Pipeline
-	ID     Identity
+	ID     Identity // nil: the server cannot be asked, and its agreements count
 }
 
 // Identity tells which server a master reaches, so that a replica does
