@@ -43,20 +43,18 @@ func (c *Client) do(ctx context.Context, o *op) (quorum.Outcome, error) {
 	if err != nil {
 		return res, errClosedOp(o.name, o.key)
 	}
-	if res.Start.IsZero() { // ctx had ended: nothing was sent
-		return res, c.quorumError(ctx, o, res)
+	var qe *QuorumError
+	if !res.OK {
+		qe = c.quorumError(ctx, o, res)
 	}
-	if res.OK {
-		if c.observer != nil { // reads only the masters the decision read
-			c.observeRound(ctx, o, res, nil)
-		}
-		return res, nil
-	}
-	qe := c.quorumError(ctx, o, res)
-	if c.observer != nil {
+	// A round whose context had ended sent nothing: it is not reported.
+	if c.observer != nil && !res.Start.IsZero() { // reads only the masters the decision read
 		c.observeRound(ctx, o, res, qe)
 	}
-	return res, qe
+	if qe != nil {
+		return res, qe
+	}
+	return res, nil
 }
 
 // observeRound reports a decided round to the Observer. qe is the round's
