@@ -111,6 +111,10 @@ func TestObserverSeesRenewalAndLoss(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the lock was not lost")
 	}
+	// Done closes as the loss is queued; the event is reported just
+	// after, on the renewal's goroutine.
+	require.Eventually(t, func() bool { return slices.Contains(rec.kinds(), EventLost) },
+		5*time.Second, time.Millisecond, "EventLost reported")
 	kinds := rec.kinds()
 	assert.Contains(t, kinds, EventRenewalFailed)
 	assert.Equal(t, EventLost, kinds[len(kinds)-1])
