@@ -62,6 +62,13 @@ var (
 	// Client.Verify wraps it for a master that did not answer within
 	// 4*MasterTimeout.
 	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
+
+	// ErrMasterSilent is a master's error in a QuorumError when the round
+	// did not wait for it. The master had stopped answering: three calls
+	// in a row got no answer within MasterTimeout. Rounds then decide
+	// without it, and acquires are not sent to it, until it answers a
+	// probe or a call. It never counts as agreeing. It matches ErrNoReply.
+	ErrMasterSilent = fmt.Errorf("%w: master silent, not waited for", ErrNoReply)
 )
 
 // MasterResult is one master's part in a quorum round.
@@ -71,8 +78,8 @@ type MasterResult struct {
 	// Err says why the master did not agree. It is ErrHeldElsewhere when
 	// it refused an acquire. It is ErrNotHeld when it refused a re-entry,
 	// extend or release: the lock is not ours there. Else it is
-	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, the caller's context error,
-	// or the master's own error. A master whose agreement does not count
+	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, ErrMasterSilent, the
+	// caller's context error, or the master's own error. A master whose agreement does not count
 	// has ErrReplica or a *SameServerError here. A master that agreed to a
 	// failed acquire after the decision has an error wrapping ErrNoReply.
 	// Its agreement is undone.

@@ -152,8 +152,24 @@ func (f *fakeMaster) EvalShaRO(ctx context.Context, sha string, keys []string, a
 	panic("unused")
 }
 
+// ScriptExists answers the engine's probes of a silent master. It waits
+// while the master is blocked, until its context ends, and fails with
+// err. It counts in neither calls nor entered.
 func (f *fakeMaster) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	panic("unused")
+	f.mu.Lock()
+	gate, err := f.gate, f.err
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return redis.NewBoolSliceResult(nil, ctx.Err())
+		}
+	}
+	if err != nil {
+		return redis.NewBoolSliceResult(nil, err)
+	}
+	return redis.NewBoolSliceResult(make([]bool, len(hashes)), nil)
 }
 
 func (f *fakeMaster) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {

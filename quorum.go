@@ -113,8 +113,9 @@ func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *Qu
 	return e
 }
 
-// masterResults reports each master as the decider saw it. A master that
-// had not answered gets ctxErr if set. Else it gets ErrMasterTimeout if
+// masterResults reports each master as the decider saw it. A silent
+// master that gave the round no answer gets ErrMasterSilent. Another
+// master that had not answered gets ctxErr if set. Else it gets ErrMasterTimeout if
 // the round timed out, else ErrNoReply. An agreement heard only after the
 // decision did not count: it gets errAgreedLate. masterResults also counts
 // the agreements and the upgrade replies.
@@ -123,6 +124,8 @@ func (c *Client) masterResults(o *op, res quorum.Outcome, ctxErr error) (ms []Ma
 	for i := range c.nodes {
 		m := MasterResult{Master: c.nodes[i].name}
 		switch r := res.Master(i); {
+		case r.Silent: // not waited for, or not sent
+			m.Err = ErrMasterSilent
 		case r.Heard:
 			m.Agreed, m.Err, m.Latency = r.Agreed, closedError(r.Err), r.Latency
 			if r.Verdict != nil { // the identification's error, as it is

@@ -76,6 +76,7 @@ type Engine struct {
 	cfg      Config   // set by New, then never changed
 	masters  []Master // set by New, then never changed
 	cleaners []cleaner
+	health   *health // which masters a round does not wait for
 
 	// The deadlines of rounds: decisions after MasterTimeout, calls
 	// after LateCallFactor times that.
@@ -85,14 +86,17 @@ type Engine struct {
 // New returns an Engine for masters.
 func New(cfg Config, masters []Master) *Engine {
 	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters))}
+	e.health = newHealth(masters, cfg.Quorum, cfg.MasterTimeout)
 	e.decisions.after = cfg.MasterTimeout
 	e.calls.after = LateCallFactor * cfg.MasterTimeout
 	return e
 }
 
 // Stop stops the deadline timers that ended rounds left armed. Nothing
-// then fires once the pipelines are closed.
+// then fires once the pipelines are closed. It ends the probes of silent
+// masters and waits for them: a probe in flight is cut off.
 func (e *Engine) Stop() {
+	e.health.stop()
 	e.decisions.stop()
 	e.calls.stop()
 }
@@ -135,8 +139,16 @@ type Result struct {
 	Val     int64 // its reply
 	Err     error // why it gave no answer, as its pipeline said
 	Verdict error // why its agreement does not count: see slot.verdict
+	// Silent: the master was silent when the round began, and gave no
+	// answer to it. The decision did not wait for it, or its call was
+	// not sent (Err is ErrSilent).
+	Silent  bool
 	Latency time.Duration
 }
+
+// Silent returns the masters silent now, bit i for master i. A round
+// does not wait for them.
+func (e *Engine) Silent() uint64 { return e.health.silentSet() }
 
 // Masters returns how many masters took part.
 func (o Outcome) Masters() int {
@@ -150,10 +162,12 @@ func (o Outcome) Masters() int {
 // told. The others may still be written.
 func (o Outcome) Master(i int) Result {
 	s := &o.r.slots[i]
+	silent := o.r.silent&(1<<i) != 0
 	if !s.read {
-		return Result{}
+		return Result{Silent: silent}
 	}
 	res := Result{Heard: true, Agreed: s.agreed(), Val: s.Val, Err: s.Err, Verdict: s.verdict, Latency: s.latency}
+	res.Silent = silent && errors.Is(s.Err, ErrSilent)
 	if res.Agreed && s.late {
 		res.Agreed, res.Late = false, true
 	}

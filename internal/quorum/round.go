@@ -43,6 +43,8 @@ type round struct {
 	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
 	group    pipeline.Group // its withdrawable calls
 	start    time.Time      // set with Config.Timed only
+	deadline time.Time      // of the decision: an answer after it is not in time
+	silent   uint64         // the masters silent when the round began: not waited for
 	failed   bool           // set by the decider before decide
 	finished chan int       // masters done with their undo; set for a failed round with Undo
 	running  atomic.Int32   // calls not done with: answered, settled, goroutines ended
@@ -53,8 +55,12 @@ type round struct {
 	max     int64      // the largest reply among the agreements counted
 	mixed   bool       // those replies were not all equal
 	closed  bool       // the count is closed: later answers are late
-	decided bool       // the decider has set failed
-	waiting uint64     // masters that answered before the decision, to settle after it
+	expired bool       // the deadline came
+	// silentLeft counts the silent masters not counted yet. They may
+	// still agree, but the decision does not wait for them.
+	silentLeft int
+	decided    bool   // the decider has set failed
+	waiting    uint64 // masters that answered before the decision, to settle after it
 }
 
 // slot is one master's part of a round, and the pipeline.Completion of
@@ -69,6 +75,7 @@ type slot struct {
 	// replica, could not be identified, or counted already.
 	verdict error
 	read    bool          // the decider saw this reply before deciding, or awaitUndo after
+	missed  bool          // the deadline decided without it; guarded by round.mu
 	late    bool          // read by awaitUndo: it did not count toward the decision
 	latency time.Duration // from the round's start to the reply; with Config.Timed only
 }
@@ -127,7 +134,10 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	// connection before the call was answered could overtake it. Closing
 	// need not cancel them: each sent ends within its bound.
 	r.ctx = newCallContext(ctx, &e.calls)
-	_, decision := e.decisions.add(r) // wakes the decider at the deadline
+	deadline, decision := e.decisions.add(r) // wakes the decider at the deadline
+	r.deadline = deadline
+	r.silent = e.health.silentSet()
+	r.silentLeft = bits.OnesCount64(r.silent)
 	r.running.Store(int32(n))
 	for i := range e.masters {
 		r.send(i)
@@ -145,7 +155,11 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	agreed := r.agreed
 	res.TimedOut = r.undecidedLocked()
 	res.Max, res.Mixed = r.max, r.mixed
+	missed := r.missedLocked(res.TimedOut)
 	r.mu.Unlock()
+	for ; missed != 0; missed &= missed - 1 {
+		e.health.missed(bits.TrailingZeros64(missed))
+	}
 	res.Elapsed = time.Since(res.Start)
 
 	ok := agreed >= e.cfg.Quorum
@@ -184,6 +198,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 // then decides.
 func (r *round) expire() {
 	r.mu.Lock()
+	r.expired = true
 	r.signalLocked()
 	r.mu.Unlock()
 }
@@ -194,6 +209,24 @@ func (r *round) signalLocked() {
 	case r.ready <- struct{}{}:
 	default:
 	}
+}
+
+// missedLocked marks the masters that the deadline decided without. It
+// returns them, bit i for master i. A round decided early, or by the
+// caller's context, missed no one. r.mu must be held, and the count
+// closed.
+func (r *round) missedLocked(timedOut bool) uint64 {
+	if !timedOut || !r.expired {
+		return 0
+	}
+	var missed uint64
+	for i := range r.slots {
+		if s := &r.slots[i]; !s.read {
+			s.missed = true
+			missed |= 1 << i
+		}
+	}
+	return missed
 }
 
 // withdraw takes back the round's calls still queued to masters that are
@@ -258,6 +291,12 @@ func (r *round) heardReply() bool {
 func (r *round) send(i int) {
 	sp, s := r.spec, &r.slots[i]
 	s.r, s.i = r, i
+	if !sp.Send.Must && r.silent&(1<<i) != 0 {
+		// Keeping back a call that may be shed is always safe. A silent
+		// master would only pile it up.
+		s.Complete(0, ErrSilent)
+		return
+	}
 	opts := pipeline.Options{Index: i}
 	switch {
 	case sp.Send.Must:
@@ -311,7 +350,10 @@ func (s *slot) Complete(v int64, err error) {
 func (r *round) answered(i int) {
 	s := &r.slots[i]
 	settles := r.spec.Undo != nil || r.policy.Settles(s.Answer)
+	heard := answered(s.Err)
 	r.mu.Lock()
+	// A call the deadline decided without counted as missed already.
+	miss := !heard && Unanswered(s.Err) && !s.missed
 	if !r.closed {
 		r.tallyLocked(i)
 		if !r.undecidedLocked() {
@@ -323,6 +365,12 @@ func (r *round) answered(i int) {
 		r.waiting |= 1 << i
 	}
 	r.mu.Unlock()
+	switch h := r.e.health; {
+	case miss:
+		h.missed(i)
+	case heard && h.misses[i].Load() != 0 && time.Now().Before(r.deadline):
+		h.heard(i) // the master answers in time again
+	}
 	r.policy.Answered(r.ctx, i, s.Answer)
 	switch {
 	case settleNow:
@@ -337,6 +385,9 @@ func (r *round) answered(i int) {
 func (r *round) tallyLocked(i int) {
 	s := &r.slots[i]
 	s.read = true
+	if r.silent&(1<<i) != 0 {
+		r.silentLeft--
+	}
 	if s.agreed() && s.server != "" {
 		// One server counts once: the first of its masters to agree. A
 		// master that refused does not stand for its server. The server
@@ -360,10 +411,11 @@ func (r *round) tallyLocked(i int) {
 }
 
 // undecidedLocked reports whether the answers counted decide nothing
-// yet. Too few agreed, and enough may still. r.mu must be held.
+// yet. Too few agreed, and enough may still. A silent master that has
+// not answered may still agree, but is not waited for. r.mu must be held.
 func (r *round) undecidedLocked() bool {
 	q := r.e.cfg.Quorum
-	return r.agreed < q && len(r.slots)-r.refused >= q
+	return r.agreed < q && len(r.slots)-r.refused-r.silentLeft >= q
 }
 
 // decide ends the round's decision; failed is set. It settles the calls

@@ -1,0 +1,379 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
+)
+
+// testHealth returns the health of five masters, three of which make a
+// quorum. Its probe asks probe, every millisecond.
+func testHealth(t *testing.T, probe func(ctx context.Context, i int) error) *health {
+	h := newHealth(make([]Master, 5), 3, time.Millisecond)
+	h.probe = probe
+	t.Cleanup(h.stop)
+	return h
+}
+
+// blockedProbe is a probe that waits for ctx: the master never answers.
+func blockedProbe(ctx context.Context, _ int) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// within fails the test unless done is closed within a generous bound.
+// The bound only keeps a broken test from hanging.
+func within(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not within 10s", what)
+	}
+}
+
+// probesEnded returns a channel closed once h's probe goroutines ended.
+func probesEnded(h *health) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		h.probes.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// A master is silent after SilentAfter misses in a row. An answer in
+// between starts the count again.
+func TestSilentAfterMissesInARow(t *testing.T) {
+	h := testHealth(t, blockedProbe)
+	for range SilentAfter - 1 {
+		h.missed(1)
+	}
+	h.heard(1)
+	for range SilentAfter - 1 {
+		h.missed(1)
+	}
+	assert.False(t, h.isSilent(1), "an answer came between the misses")
+	h.missed(1)
+	assert.True(t, h.isSilent(1))
+	assert.Equal(t, uint64(1<<1), h.silentSet())
+	h.missed(1) // silent already: nothing changes
+	assert.Equal(t, uint64(1<<1), h.silentSet())
+}
+
+// At most masters - quorum masters are silent at once. So a round still
+// waits for enough masters to make a quorum when all are slow.
+func TestAtMostMastersMinusQuorumSilent(t *testing.T) {
+	h := testHealth(t, blockedProbe)
+	for i := range 5 {
+		for range SilentAfter {
+			h.missed(i)
+		}
+	}
+	assert.Equal(t, uint64(0b11), h.silentSet(), "the first two only: 5 masters, quorum 3")
+	h.heard(0)
+	assert.Equal(t, uint64(0b10), h.silentSet())
+	h.missed(4) // its misses went on: it takes the free place
+	assert.Equal(t, uint64(0b10010), h.silentSet())
+
+	one := newHealth(make([]Master, 3), 3, time.Millisecond)
+	defer one.stop()
+	for range 2 * SilentAfter {
+		one.missed(0)
+	}
+	assert.Zero(t, one.silentSet(), "a quorum of all masters: none may be silent")
+}
+
+// A silent master's probe asks it until it answers. Then it is healthy
+// again, and the probe ends. Asking fails until then.
+func TestSilentMasterBackByProbe(t *testing.T) {
+	asked := make(chan int)
+	replies := make(chan error)
+	h := testHealth(t, func(ctx context.Context, i int) error {
+		select {
+		case asked <- i:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return <-replies
+	})
+	for range SilentAfter {
+		h.missed(2)
+	}
+	require.True(t, h.isSilent(2))
+	for _, reply := range []error{context.DeadlineExceeded, errors.New("dial tcp: connection refused")} {
+		i := recv(t, asked)
+		assert.Equal(t, 2, i)
+		replies <- reply
+	}
+	// Two probes failed, a third is asked: the master is still silent.
+	recv(t, asked)
+	assert.True(t, h.isSilent(2))
+	replies <- redis.Error(proto("ERR some error reply")) // an answer all the same
+	within(t, probesEnded(h), "the probe ends once answered")
+	assert.False(t, h.isSilent(2))
+	assert.Zero(t, h.misses[2].Load())
+}
+
+// proto is an error reply of the server.
+type proto string
+
+func (e proto) Error() string { return string(e) }
+func (proto) RedisError()     {}
+
+// recv receives from c within a generous bound.
+func recv[T any](t *testing.T, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing received within 10s")
+		panic("unreachable")
+	}
+}
+
+// A silent master that answers a call is healthy again. Its probe ends.
+func TestSilentMasterBackByAnswer(t *testing.T) {
+	h := testHealth(t, blockedProbe)
+	for range SilentAfter {
+		h.missed(0)
+	}
+	require.True(t, h.isSilent(0))
+	h.heard(0)
+	assert.False(t, h.isSilent(0))
+	within(t, probesEnded(h), "the probe ends once the master answered a call")
+}
+
+// stop cuts off the probes in flight and waits for them. No probe starts
+// after it.
+func TestStopEndsProbes(t *testing.T) {
+	h := newHealth(make([]Master, 5), 3, time.Millisecond)
+	h.probe = blockedProbe
+	for range SilentAfter {
+		h.missed(0)
+	}
+	require.True(t, h.isSilent(0))
+	stopped := make(chan struct{})
+	go func() {
+		h.stop()
+		close(stopped)
+	}()
+	within(t, stopped, "stop")
+	for range SilentAfter {
+		h.missed(1)
+	}
+	assert.False(t, h.isSilent(1), "nothing is marked after stop")
+	assert.Zero(t, h.probing)
+}
+
+// fakeMaster is a redis.Scripter whose script calls reply reply, or wait
+// while stalled until their context ends. Its probes (SCRIPT EXISTS)
+// answer unless stalled.
+type fakeMaster struct {
+	reply   int64
+	calls   atomic.Int32 // script calls received
+	mu      sync.Mutex
+	stalled chan struct{} // closed when the stall ends; nil: not stalled
+}
+
+func (f *fakeMaster) stall() {
+	f.mu.Lock()
+	f.stalled = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *fakeMaster) resume() {
+	f.mu.Lock()
+	close(f.stalled)
+	f.stalled = nil
+	f.mu.Unlock()
+}
+
+// wait waits while f is stalled, or until ctx ends.
+func (f *fakeMaster) wait(ctx context.Context) error {
+	f.mu.Lock()
+	stalled := f.stalled
+	f.mu.Unlock()
+	if stalled == nil {
+		return nil
+	}
+	select {
+	case <-stalled:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeMaster) run(ctx context.Context) *redis.Cmd {
+	f.calls.Add(1)
+	cmd := redis.NewCmd(ctx)
+	if err := f.wait(ctx); err != nil {
+		cmd.SetErr(err)
+		return cmd
+	}
+	cmd.SetVal(f.reply)
+	return cmd
+}
+
+func (f *fakeMaster) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+
+func (f *fakeMaster) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+
+func (f *fakeMaster) EvalRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+
+func (f *fakeMaster) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return f.run(ctx)
+}
+
+func (f *fakeMaster) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
+	cmd := redis.NewBoolSliceCmd(ctx)
+	if err := f.wait(ctx); err != nil {
+		cmd.SetErr(err)
+		return cmd
+	}
+	cmd.SetVal([]bool{false})
+	return cmd
+}
+
+func (f *fakeMaster) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
+	return redis.NewStringCmd(ctx)
+}
+
+// A split vote (two agree, two refuse) with a fifth master stalled waits
+// for it until the deadline: the stalled master may still agree. After
+// SilentAfter such rounds the master is silent. Rounds then decide
+// without it, before the deadline, and do not send it the calls that may
+// be shed. It never counts as agreeing. Once it answers a probe, rounds
+// count it again. The test counts; it times nothing. The master timeout
+// is an hour: a round that waited for the stalled master would hang the
+// test until the caller's context ends it.
+func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	masters := make([]Master, len(fakes))
+	for i, f := range fakes {
+		masters[i] = Master{Client: f, Pipe: pipeline.New(f, time.Hour, 1)}
+	}
+	w := newWork()
+	const masterTimeout = time.Hour
+	e := New(Config{Quorum: 3, MasterTimeout: masterTimeout, Work: w}, masters)
+	e.health.every = time.Millisecond
+	defer func() {
+		for _, m := range masters {
+			m.Pipe.Close()
+		}
+		e.Stop()
+	}()
+	spec := &Spec{
+		Script: redis.NewScript("return 1"),
+		Keys:   pipeline.NewKeys("k"),
+		Send:   Send{Withdraw: true},
+	}
+	fakes[0].stall()
+	resumed := false
+	defer func() {
+		if !resumed {
+			fakes[0].resume()
+		}
+	}()
+
+	// The deadline is an hour away. The test brings it forward, once the
+	// four other masters answered: expireAll stands for it.
+	for i := range SilentAfter {
+		counted := &countAnswers{want: 4, done: make(chan struct{})}
+		spec.Policy = counted
+		type result struct {
+			res Outcome
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := e.Do(context.Background(), spec)
+			done <- result{res, err}
+		}()
+		within(t, counted.done, "the four other masters answer")
+		expireAll(&e.decisions)
+		got := recv(t, done)
+		require.NoError(t, got.err)
+		res := got.res
+		assert.True(t, res.TimedOut, "round %d waited for the stalled master", i)
+		assert.False(t, res.OK)
+		assert.False(t, res.Master(0).Heard)
+		assert.False(t, res.Master(0).Silent, "round %d: not silent yet", i)
+	}
+	spec.Policy = nil
+	require.True(t, e.health.isSilent(0), "silent after %d rounds without an answer", SilentAfter)
+	sent := fakes[0].calls.Load()
+
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := e.Do(ctx, spec)
+		require.NoError(t, ctx.Err(), "the round waited for the silent master")
+		cancel()
+		require.NoError(t, err)
+		assert.False(t, res.TimedOut)
+		assert.False(t, res.OK, "two agreements and a silent master are no quorum")
+		r := res.Master(0)
+		assert.True(t, r.Silent)
+		assert.False(t, r.Agreed)
+		assert.ErrorIs(t, r.Err, ErrSilent)
+		assert.ErrorIs(t, r.Err, pipeline.ErrNotSent)
+	}
+	assert.Equal(t, sent, fakes[0].calls.Load(), "acquires were sent to the silent master")
+
+	fakes[0].resume()
+	resumed = true
+	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 10*time.Second, "no probe brought the master back")
+	}
+	res, err := e.Do(context.Background(), spec)
+	require.NoError(t, err)
+	assert.True(t, res.OK, "the master is back and agrees")
+	assert.True(t, res.Master(0).Agreed, "no quorum without it")
+}
+
+// countAnswers is a Policy that closes done once want masters answered.
+type countAnswers struct {
+	NoHooks
+	want int
+	n    atomic.Int32
+	done chan struct{}
+}
+
+func (c *countAnswers) Answered(context.Context, int, Answer) {
+	if int(c.n.Add(1)) == c.want {
+		close(c.done)
+	}
+}
+
+// expireAll expires every entry pending in t now, as if its time had
+// come.
+func expireAll(t *timeouts) {
+	t.mu.Lock()
+	var due []expirer
+	for _, p := range t.queue[t.first:] {
+		if p.e != nil {
+			due = append(due, p.e)
+		}
+	}
+	t.mu.Unlock()
+	for _, e := range due {
+		e.expire()
+	}
+}
