@@ -203,6 +203,20 @@ type Completion interface {
 	Complete(v int64, err error)
 }
 
+// Skipped is a Completion told that Skip answered its call: the master
+// was not asked. Skipped runs just before Complete(0, nil), on the same
+// goroutine. It must not block.
+type Skipped interface {
+	Skipped()
+}
+
+// noteSkipped tells done, if it asks, that Skip answered its call.
+func noteSkipped(done Completion) {
+	if s, ok := done.(Skipped); ok {
+		s.Skipped()
+	}
+}
+
 // Skipper tells whether a call is needless: see Options.Skip. Its Skip
 // runs with the Pipeline's lock held, and must not block.
 type Skipper interface {
@@ -219,7 +233,8 @@ type Options struct {
 	MustSend bool
 	// Skip, if not nil, is asked whether the call is needless, with
 	// Index, when the call is made and again when it would be sent; if
-	// Skip(Index) is true the call is answered 0 instead, unsent.
+	// Skip(Index) is true the call is answered 0 instead, unsent (see
+	// Skipped).
 	Skip Skipper
 	// Group, if not nil, withdraws the call if it is still queued when
 	// Withdraw is called for Group, or would be queued after that, on a
@@ -251,9 +266,10 @@ type call struct {
 
 // answer is a call's outcome, for Completion once no lock is held.
 type answer struct {
-	c   *call
-	val int64
-	err error
+	c       *call
+	val     int64
+	err     error
+	skipped bool // Skip answered it
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
@@ -370,6 +386,10 @@ func (p *Pipeline) start(ctx context.Context, s *redis.Script, keys Keys, args [
 	switch {
 	case o.Skip != nil && o.Skip.Skip(o.Index):
 		p.stats.skipped++
+		p.mu.Unlock()
+		noteSkipped(done)
+		done.Complete(0, nil)
+		return
 	case o.Group != nil && p.laneOf(keys).behindLocked(o.Group):
 		// Its round was decided while this call was on its way.
 		p.withdrawnLocked(o)
@@ -450,6 +470,9 @@ func (p *Pipeline) answer(c *call, v int64, err error) {
 // answerAll answers as, and clears it.
 func (p *Pipeline) answerAll(as []answer) []answer {
 	for i, a := range as {
+		if a.skipped {
+			noteSkipped(a.c.done)
+		}
 		p.answer(a.c, a.val, a.err)
 		as[i] = answer{}
 	}
@@ -547,7 +570,7 @@ func (p *Pipeline) Withdraw(group *Group, behind time.Duration) {
 			}
 			p.loose--
 			p.withdrawnLocked(c.Options)
-			withdrawn = append(withdrawn, answer{c, 0, ErrWithdrawn})
+			withdrawn = append(withdrawn, answer{c: c, err: ErrWithdrawn})
 		}
 		clear(ln.queue[len(kept):])
 		ln.queue = kept
@@ -679,13 +702,13 @@ func (ln *lane) takeLocked() []*call {
 			p.loose--
 			if err := c.ctx.Err(); err != nil {
 				p.stats.dropped++
-				ln.dropped = append(ln.dropped, answer{c, 0, notSent(err)})
+				ln.dropped = append(ln.dropped, answer{c: c, err: notSent(err)})
 				continue
 			}
 		}
 		if c.Skip != nil && c.Skip.Skip(c.Index) {
 			p.stats.skipped++
-			ln.dropped = append(ln.dropped, answer{c, 0, nil})
+			ln.dropped = append(ln.dropped, answer{c: c, skipped: true})
 			continue
 		}
 		batch = append(batch, c)
@@ -982,7 +1005,7 @@ func (p *Pipeline) Abort() {
 			if p.sheds(c.Options) {
 				p.loose--
 			}
-			aborted = append(aborted, answer{c, 0, ErrClosed})
+			aborted = append(aborted, answer{c: c, err: ErrClosed})
 		}
 		clear(ln.queue)
 		ln.queue = ln.queue[:0]

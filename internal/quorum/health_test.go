@@ -337,6 +337,14 @@ func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
 	}
 	assert.Equal(t, sent, fakes[0].calls.Load(), "acquires were sent to the silent master")
 
+	// A call its pipeline skips is answered 0 without asking the master:
+	// that is no answer from it.
+	skipped := &Spec{Script: spec.Script, Keys: spec.Keys, Send: Send{Must: true, Skip: skipMaster(0)}}
+	_, err := e.Do(context.Background(), skipped)
+	require.NoError(t, err)
+	assert.True(t, e.health.isSilent(0), "a skipped call made the silent master healthy")
+	assert.Equal(t, sent, fakes[0].calls.Load())
+
 	fakes[0].resume()
 	resumed = true
 	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
@@ -347,6 +355,11 @@ func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
 	assert.True(t, res.OK, "the master is back and agrees")
 	assert.True(t, res.Master(0).Agreed, "no quorum without it")
 }
+
+// skipMaster is a pipeline.Skipper that skips the call to one master.
+type skipMaster int
+
+func (m skipMaster) Skip(i int) bool { return i == int(m) }
 
 // countAnswers is a Policy that closes done once want masters answered.
 type countAnswers struct {

@@ -76,6 +76,7 @@ type slot struct {
 	verdict error
 	read    bool          // the decider saw this reply before deciding, or awaitUndo after
 	missed  bool          // the deadline decided without it; guarded by round.mu
+	skipped bool          // its pipeline skipped the call: 0 is no reply
 	late    bool          // read by awaitUndo: it did not count toward the decision
 	latency time.Duration // from the round's start to the reply; with Config.Timed only
 }
@@ -307,6 +308,10 @@ func (r *round) send(i int) {
 	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
 }
 
+// Skipped learns that the call's pipeline answered it without asking the
+// master. It runs before Complete, on the same goroutine.
+func (s *slot) Skipped() { s.skipped = true }
+
 // Complete takes the master's answer to the slot's call. It runs on the
 // master's pipeline, or where the call was answered unsent. So it does
 // not block: a server it must identify by asking gets a goroutine.
@@ -350,7 +355,7 @@ func (s *slot) Complete(v int64, err error) {
 func (r *round) answered(i int) {
 	s := &r.slots[i]
 	settles := r.spec.Undo != nil || r.policy.Settles(s.Answer)
-	heard := answered(s.Err)
+	heard := answered(s.Err) && !s.skipped
 	r.mu.Lock()
 	// A call the deadline decided without counted as missed already.
 	miss := !heard && Unanswered(s.Err) && !s.missed
