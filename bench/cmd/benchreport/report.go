@@ -183,8 +183,27 @@ func (r *report) targets() []target {
 		goal:     "<= 1ms",
 		measured: fmtDur(p50), met: p50 <= 1e6, known: !math.IsNaN(p50),
 	})
+	sm := func(state, op string) string { return "StoppedMaster/master=" + state + "/op=" + op }
+	for _, state := range []string{"paused", "killed"} {
+		for _, op := range stoppedContended {
+			ratioTarget(fmt.Sprintf("One master %s, 16 goroutines on one key (%s): acquisitions/s, %s / healthy (redlock)", state, op, state), "ops/s",
+				sm(state, op), sm("healthy", op), 0.7, true)
+		}
+	}
+	h, d := res.med(sm("healthy", "lock"), "p99-ns"), res.med(sm("killed", "lock"), "p99-ns")
+	added = d/h - 1
+	ts = append(ts, target{
+		what:     "One master killed: added p99 uncontended acquire latency (redlock, 5 masters)",
+		goal:     "<= +25%",
+		measured: fmt.Sprintf("p99 %s -> %s", fmtDur(h), fmtDur(d)),
+		ratio:    fmt.Sprintf("%+.0f%%", added*100), met: added <= 0.25, known: !math.IsNaN(added),
+	})
 	return ts
 }
+
+// stoppedContended are the contended ops of BenchmarkStoppedMaster.
+var stoppedContended = []string{"contended", "contendedwork", "contended/clients=2", "contendedwork/clients=2",
+	"contended/clients=4", "contendedwork/clients=4"}
 
 func (r *report) write(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
@@ -323,6 +342,24 @@ func (r *report) write(w io.Writer) {
 		p("\n%s: the slow master changes p50 by %+.0f%% and p99 by %+.0f%%.", lib, (s50/h50-1)*100, (s/h-1)*100)
 	}
 	p("\n\n")
+
+	// Stopped master.
+	p("## One master stopped\n\n")
+	p("Five masters; master 0 healthy, paused (SIGSTOP: connections stay open, nothing is answered) or killed (connections refused), after a warm-up. ")
+	p("16 goroutines on one key, on one client or spread over 2 or 4 (as over as many processes, whose acquires race: a split vote of two against two is decided only by master 0 unless it is known to be silent); ")
+	p("contendedwork holds the lock 1ms and works 2ms outside it. lock is one goroutine's uncontended acquire.\n\n")
+	p("| Op | healthy acq/s | paused acq/s | killed acq/s | paused / healthy | killed / healthy |\n|---|---|---|---|---|---|\n")
+	for _, op := range stoppedContended {
+		n := func(state string) float64 { return res.med("StoppedMaster/master="+state+"/op="+op, "ops/s") }
+		p("| %s | %s | %s | %s | %s | %s |\n", op, fmtNum(n("healthy"), 0), fmtNum(n("paused"), 0), fmtNum(n("killed"), 0),
+			fmtRatio(n("paused")/n("healthy")), fmtRatio(n("killed")/n("healthy")))
+	}
+	p("\n| Master 0 | acquire p50 | acquire p99 |\n|---|---|---|\n")
+	for _, state := range []string{"healthy", "paused", "killed"} {
+		n := "StoppedMaster/master=" + state + "/op=lock"
+		p("| %s | %s | %s |\n", state, fmtDur(res.med(n, "p50-ns")), fmtDur(res.med(n, "p99-ns")))
+	}
+	p("\n")
 
 	// Masters.
 	p("## Number of masters\n\n![latency vs masters](docs/bench/latency-vs-masters.png)\n\n")

@@ -29,6 +29,7 @@ func suites(count int, benchtime string) []suite {
 		{"BenchmarkContended", benchtime, count},
 		{"BenchmarkContendedWork", benchtime, count},
 		{"BenchmarkSlowMaster", "2s", count},
+		{"BenchmarkStoppedMaster", benchtime, count},
 		{"BenchmarkMasters", benchtime, count},
 		// Command counts barely vary: one repetition, few iterations.
 		{"BenchmarkCommands", "300x", 1},
