@@ -106,7 +106,10 @@ func (h *health) heard(i int) {
 func (h *health) missed(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := h.misses[i].Add(1)
+	n := h.misses[i].Load()
+	if n < SilentAfter { // the count stops there: it only marks
+		n = h.misses[i].Add(1)
+	}
 	set := h.silent.Load()
 	bit := uint64(1) << i
 	if n < SilentAfter || set&bit != 0 || bits.OnesCount64(set) >= h.limit || h.stopped {
