@@ -21,7 +21,8 @@ import (
 // Client.untrack, which take gate.locksMu. The other mutexes are leaves:
 // nothing is taken while one is held. They are gate.mu, watchSet.mu,
 // watch.mu, contestedSet.mu, idCache.mu and preparation.mu. So are the
-// engine's round.mu, cleaner.mu and timeouts.mu, in internal/quorum.
+// engine's round.mu, cleaner.mu, timeouts.mu and health.mu, in
+// internal/quorum.
 // watchSet.mu and watch.mu are never held together.
 //
 // Two calls out are never made under Lock.sigMu: I/O, and the Observer.

@@ -1,6 +1,7 @@
 // Package quorum runs Redlock's rounds. A round sends one script to every
 // master at once. It is decided as soon as a quorum has agreed or can no
-// longer agree, within the master timeout. The package knows masters,
+// longer agree, within the master timeout. It does not wait for a master
+// that has stopped answering (see health). The package knows masters,
 // rounds and the decision. What an operation does around them is its
 // Spec's Policy.
 package quorum
@@ -145,10 +146,6 @@ type Result struct {
 	Silent  bool
 	Latency time.Duration
 }
-
-// Silent returns the masters silent now, bit i for master i. A round
-// does not wait for them.
-func (e *Engine) Silent() uint64 { return e.health.silentSet() }
 
 // Masters returns how many masters took part.
 func (o Outcome) Masters() int {

@@ -50,19 +50,19 @@ type health struct {
 	// probe asks master i, bounded by ctx. It returns nil or an error
 	// reply if the master answered. Set by newHealth; tests replace it
 	// before the first call.
-	probe func(ctx context.Context, i int) error
+	probe  func(ctx context.Context, i int) error
+	ctx    context.Context    // of the probes; set by newHealth
+	cancel context.CancelFunc // ends the probes; set by newHealth
 
 	// misses[i] counts master i's calls in a row that got no answer in
 	// time. It is written under mu, read without it on the fast path.
 	misses []atomic.Int32
 	silent atomic.Uint64 // bit i: master i is silent; written under mu
 
-	mu      sync.Mutex // guards the fields below, and the writes above
-	probing uint64     // bit i: master i's probe goroutine runs
-	stopped bool       // stop was called: no probe starts
-	ctx     context.Context
-	cancel  context.CancelFunc // ends the probes
-	probes  sync.WaitGroup     // the probe goroutines
+	mu      sync.Mutex     // guards the fields below, and the writes above
+	probing uint64         // bit i: master i's probe goroutine runs
+	stopped bool           // stop was called: no probe starts
+	probes  sync.WaitGroup // the probe goroutines; Add under mu
 }
 
 // newHealth returns the health of masters, a quorum of which must agree.

@@ -99,7 +99,9 @@ const MinStragglerWait = 250 * time.Microsecond
 
 // Do runs spec on every master in parallel. It decides as soon as a
 // quorum has agreed or can no longer agree. That is at the latest
-// MasterTimeout after the round starts, or when ctx ends. Calls still
+// MasterTimeout after the round starts, or when ctx ends. A silent
+// master counts as unable to agree until it answers. A call that may be
+// shed is not sent to it (ErrSilent). Calls still
 // running then go on in the background. Each is bounded by
 // LateCallFactor*MasterTimeout and never cut off by ctx. So a release
 // still reaches slow masters.
