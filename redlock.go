@@ -25,6 +25,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -146,6 +147,10 @@ type Client struct {
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
 	engine    *quorum.Engine // runs the rounds; set by New
+	// longest is the longest TTL any call of the Client asked a master
+	// for, in nanoseconds. It is how long a master that reached a new
+	// server counts toward no new lock. Atomic: Locks raise it.
+	longest atomic.Int64
 }
 
 // config is a Client's Options, checked and defaulted by New.
@@ -263,7 +268,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		}
 		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n))
 		pipe.UseFunctions(functions)
-		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe, prep: &preparation{}}
+		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client, &c.longest), pipe: pipe, prep: &preparation{}}
 	}
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	qm := make([]quorum.Master, n)

@@ -228,6 +228,23 @@ type Options struct {
 	Group  *Group
 	Unsent *atomic.Uint64
 	Index  int
+	// Wait, if > 0, follows the call with WAIT on its connection, in the
+	// same write: how many replicas acknowledged it goes to the
+	// Completion's Replicated, if it has one. WAIT waits for Wait
+	// replicas until WaitUntil, and at least 1ms. A batch sends one WAIT
+	// after its last call: it covers every write of the connection before
+	// it. Only a client that pipelines sends it; others answer 0.
+	Wait      int
+	WaitUntil time.Time
+}
+
+// Replicator is a Completion that takes the answer of a call's WAIT (see
+// Options.Wait).
+type Replicator interface {
+	// Replicated receives how many replicas acknowledged the call's
+	// write, 0 where WAIT failed. It runs just before Complete, on the
+	// same goroutine, and must not block.
+	Replicated(acked int)
 }
 
 // call is a call accepted. The Pipeline owns it until it is answered, then
@@ -246,6 +263,7 @@ type call struct {
 	argv         []any      // EVALSHA's or FCALL's arguments; its buffer is reused
 	cmd          *redis.Cmd // what is sent
 	done         Completion
+	acked        int // the replicas that acknowledged it, with Wait; set by the sender
 	Options
 }
 
@@ -441,8 +459,13 @@ func (ln *lane) wakeSender() {
 
 // answer hands a call's outcome to its Completion and lets the call go.
 func (p *Pipeline) answer(c *call, v int64, err error) {
-	done := c.done
+	done, acked, waited := c.done, c.acked, c.Wait > 0
 	c.recycle()
+	if waited {
+		if r, ok := done.(Replicator); ok {
+			r.Replicated(acked)
+		}
+	}
 	done.Complete(v, err)
 	p.wg.Done()
 }
@@ -808,15 +831,81 @@ func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
 		return s.Run(ctx, p.client, keys.Names, args...).Int64()
 	}
 	cmd := c.cmd // built with the call's context; ctx is what bounds it
-	_ = p.proc.Process(ctx, cmd)
+	p.process(ctx, c, cmd)
 	if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx, false) == nil {
 		cmd = newCmd(ctx, cmd.Args())
-		_ = p.proc.Process(ctx, cmd)
+		p.process(ctx, c, cmd)
 	}
 	if p.asScript(cmd) {
-		return s.Eval(ctx, p.client, keys.Names, args...).Int64()
+		if !p.waits(c) {
+			return s.Eval(ctx, p.client, keys.Names, args...).Int64()
+		}
+		pipe := p.piper.Pipeline()
+		cmd = s.Eval(ctx, pipe, keys.Names, args...) // queued
+		c.acked = execWaited(ctx, pipe, c.Wait, c.WaitUntil)
 	}
 	return cmd.Int64()
+}
+
+// waits reports whether call c is followed by WAIT.
+func (p *Pipeline) waits(c *call) bool { return c.Wait > 0 && p.piper != nil }
+
+// process sends cmd, call c's command, alone. Where c waits for
+// replicas, WAIT follows it in one pipelined write on one connection. So
+// it fires the pipeline hooks.
+func (p *Pipeline) process(ctx context.Context, c *call, cmd redis.Cmder) {
+	if !p.waits(c) {
+		_ = p.proc.Process(ctx, cmd)
+		return
+	}
+	pipe := p.piper.Pipeline()
+	_ = pipe.Process(ctx, cmd)
+	c.acked = execWaited(ctx, pipe, c.Wait, c.WaitUntil)
+}
+
+// execWaited queues WAIT for replicas until until on pipe, sends what
+// pipe holds, and returns WAIT's answer: 0 where it failed.
+func execWaited(ctx context.Context, pipe redis.Pipeliner, replicas int, until time.Time) int {
+	wait := waitCmd(ctx, replicas, until)
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	return int(wait.Val())
+}
+
+// waitCmd returns WAIT for replicas until until, at least 1ms: WAIT 0
+// would block for good.
+func waitCmd(ctx context.Context, replicas int, until time.Time) *redis.IntCmd {
+	ms := max(time.Until(until).Milliseconds(), 1)
+	return redis.NewIntCmd(ctx, "wait", replicas, ms)
+}
+
+// batchWait returns the WAIT that covers the waiting calls of batch, or
+// nil if none waits: for the most replicas any asks, until the latest
+// WaitUntil.
+func batchWait(ctx context.Context, batch []*call) *redis.IntCmd {
+	replicas, until := 0, time.Time{}
+	for _, c := range batch {
+		if c.Wait > 0 {
+			replicas = max(replicas, c.Wait)
+			if c.WaitUntil.After(until) {
+				until = c.WaitUntil
+			}
+		}
+	}
+	if replicas == 0 {
+		return nil
+	}
+	return waitCmd(ctx, replicas, until)
+}
+
+// setAcked gives WAIT's answer to the calls of batch that wait.
+func setAcked(batch []*call, wait *redis.IntCmd) {
+	n := int(wait.Val())
+	for _, c := range batch {
+		if c.Wait > 0 {
+			c.acked = n
+		}
+	}
 }
 
 // scriptHashes maps a *redis.Script to its SHA1 as an any, so that queued
@@ -881,10 +970,18 @@ func (ln *lane) send(batch []*call) (resent bool) {
 	if ln.pipe == nil {
 		ln.pipe = p.piper.Pipeline()
 	}
+	// One WAIT after the batch covers every write of its connection.
+	wait := batchWait(ctx, batch)
+	if wait != nil {
+		ln.cmds = append(ln.cmds, wait)
+	}
 	_ = ln.pipe.BatchProcess(ctx, ln.cmds...)
 	clear(ln.cmds)
 	ln.cmds = ln.cmds[:0]
 	_, _ = ln.pipe.Exec(ctx) // each cmd holds its own error
+	if wait != nil {
+		setAcked(batch, wait)
+	}
 
 	// A second resend: FCALLs sent after a FUNCTION LOAD that the master
 	// refused go as EVAL.
@@ -904,7 +1001,7 @@ func (ln *lane) send(batch []*call) (resent bool) {
 func (ln *lane) resend(ctx context.Context, batch []*call) bool {
 	p := ln.p
 	var load *redis.StatusCmd
-	sent := false
+	var resent []*call
 	for _, c := range batch {
 		if noFunction(c.cmd.Err()) && p.fnState.Load() == fnOn {
 			if load == nil {
@@ -913,16 +1010,25 @@ func (ln *lane) resend(ctx context.Context, batch []*call) bool {
 			}
 			c.cmd = newCmd(ctx, c.cmd.Args())
 			_ = ln.pipe.Process(ctx, c.cmd)
-			sent = true
+			resent = append(resent, c)
 		} else if p.asScript(c.cmd) {
 			c.cmd = c.script.Eval(ctx, ln.pipe, c.keys.Names, c.args...) // queued
-			sent = true
+			resent = append(resent, c)
 		}
 	}
-	if !sent {
+	if resent == nil {
 		return false
 	}
+	// The calls sent again write only now, maybe on another connection:
+	// a WAIT of their own covers them.
+	wait := batchWait(ctx, resent)
+	if wait != nil {
+		_ = ln.pipe.Process(ctx, wait)
+	}
 	_, _ = ln.pipe.Exec(ctx)
+	if wait != nil {
+		setAcked(resent, wait)
+	}
 	if load != nil {
 		_ = p.loaded(load.Err(), false)
 	}

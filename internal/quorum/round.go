@@ -43,6 +43,7 @@ type round struct {
 	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
 	group    pipeline.Group // its withdrawable calls
 	start    time.Time      // set with Config.Timed only
+	waitEnd  time.Time      // the round's deadline, for WAIT: its start plus MasterTimeout
 	failed   bool           // set by the decider before decide
 	finished chan int       // masters done with their undo; set for a failed round with Undo
 	running  atomic.Int32   // calls not done with: answered, settled, goroutines ended
@@ -68,6 +69,7 @@ type slot struct {
 	// verdict is why an agreement does not count. The server is a
 	// replica, could not be identified, or counted already.
 	verdict error
+	acked   int           // the replicas that acknowledged the call's write (WAIT)
 	read    bool          // the decider saw this reply before deciding, or awaitUndo after
 	late    bool          // read by awaitUndo: it did not count toward the decision
 	latency time.Duration // from the round's start to the reply; with Config.Timed only
@@ -121,6 +123,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	if e.cfg.Timed {
 		r.start = res.Start
 	}
+	r.waitEnd = res.Start.Add(e.cfg.MasterTimeout)
 	// Calls may finish after the decision, so they get longer than it.
 	// The caller's cancellation ends only the decision. A call cut off
 	// mid-reply costs the pool its connection. An undo sent on another
@@ -265,6 +268,13 @@ func (r *round) send(i int) {
 	case sp.Send.Withdraw:
 		opts.Group, opts.Unsent = &r.group, sp.Send.Unsent
 	}
+	// A write a failover may lose waits for the replicas. A Must call's
+	// agreement only tells what is reported: it need not.
+	if d := r.e.durable[i]; d != nil && !sp.Send.Must {
+		if n := d.Replicas(); n > 0 {
+			opts.Wait, opts.WaitUntil = n, r.waitEnd
+		}
+	}
 	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
 }
 
@@ -297,12 +307,36 @@ func (s *slot) Complete(v int64, err error) {
 			go func() {
 				pprof.SetGoroutineLabels(r.ctx)
 				s.server, s.verdict = id.Admit(r.ctx)
+				s.durable()
 				r.answered(i)
 			}()
 			return
 		}
+		s.durable()
 	}
 	r.answered(i)
+}
+
+// Replicated takes the answer of the WAIT that followed the slot's call.
+// It runs before Complete, on the same goroutine.
+func (s *slot) Replicated(acked int) { s.acked = acked }
+
+// durable sets the verdict on an agreement that a failure of its server
+// could lose. Its write has not reached every replica the server has. Or
+// the round grants, and the master reached a new server lately. Masters
+// without replicas pay nothing: no WAIT was sent, and none is needed.
+func (s *slot) durable() {
+	d := s.r.e.durable[s.i]
+	if d == nil || s.verdict != nil {
+		return
+	}
+	if n := d.Replicas(); s.acked < n {
+		s.verdict = d.Unreplicated(s.acked, n)
+		return
+	}
+	if s.r.spec.Grants {
+		s.verdict = d.Quarantine()
+	}
 }
 
 // answered counts master i's answer, unless the count has closed. It

@@ -26,6 +26,11 @@ type Spec struct {
 	TTL time.Duration
 	// Within, if > 0, is the latest the round may be decided.
 	Within time.Duration
+	// Grants: the script may agree where the master holds nothing, and
+	// create what it grants. A master in quarantine (see Durability) may
+	// have lost what would have refused it, so its agreement does not
+	// count.
+	Grants bool
 	Policy Policy // nil: none
 }
 
