@@ -43,7 +43,7 @@ type round struct {
 	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
 	group    pipeline.Group // its withdrawable calls
 	start    time.Time      // set with Config.Timed only
-	waitEnd  time.Time      // the round's deadline, for WAIT: its start plus MasterTimeout
+	waitEnd  time.Time      // when WAIT gives up: see Do
 	failed   bool           // set by the decider before decide
 	finished chan int       // masters done with their undo; set for a failed round with Undo
 	running  atomic.Int32   // calls not done with: answered, settled, goroutines ended
@@ -123,7 +123,9 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	if e.cfg.Timed {
 		r.start = res.Start
 	}
-	r.waitEnd = res.Start.Add(e.cfg.MasterTimeout)
+	// WAIT gives up a quarter of MasterTimeout before the deadline. So
+	// its shortfall is told before the decision, not taken for silence.
+	r.waitEnd = res.Start.Add(e.cfg.MasterTimeout * 3 / 4)
 	// Calls may finish after the decision, so they get longer than it.
 	// The caller's cancellation ends only the decision. A call cut off
 	// mid-reply costs the pool its connection. An undo sent on another
@@ -214,8 +216,8 @@ func (r *round) withdraw(elapsed time.Duration) {
 	}
 }
 
-// awaitUndo waits until every master whose agreement the decider saw has
-// made its first try to undo it. That try is bounded by MasterTimeout.
+// awaitUndo waits until every master whose agreement the decider saw,
+// counted or not, has made its first try to undo it. That try is bounded by MasterTimeout.
 // Their keys surely exist, and the caller's next attempt must not find
 // them. It also waits for the masters that have not answered, and their
 // undo, until grace fires. Most answer about as fast as the others did. A
@@ -225,7 +227,7 @@ func (r *round) withdraw(elapsed time.Duration) {
 func (r *round) awaitUndo(grace <-chan time.Time) {
 	known := 0
 	for i := range r.slots {
-		if r.slots[i].read && r.slots[i].agreed() {
+		if r.slots[i].read && r.slots[i].Applied() {
 			known++
 		}
 	}
@@ -234,7 +236,7 @@ func (r *round) awaitUndo(grace <-chan time.Time) {
 		case i := <-r.finished:
 			left--
 			s := &r.slots[i]
-			if s.read && s.agreed() {
+			if s.read && s.Applied() {
 				known--
 			}
 			s.late = !s.read
