@@ -13,7 +13,8 @@
 // about the same rate as the client's (within DriftFactor). The holder
 // does not pause for longer than its validity. A master that lost its data
 // (restart without persistence) stays out of service for longer than the
-// longest TTL.
+// longest TTL, unless the client saw it change. A master with replicas
+// counts only writes that reached them (WAIT), so a failover keeps them.
 package redlock
 
 import (
@@ -190,6 +191,12 @@ type config struct {
 // identifies the masters that need it before its round starts. A round
 // identifies only those whose pool opened a connection for its call
 // itself. Verify checks every master up front.
+//
+// The same INFO tells how many replicas a master has. Where it has any,
+// a round's write is followed by WAIT on its connection, and the master's
+// agreement counts only once every replica took it (else its error is
+// ErrNotReplicated). A master seen reaching a new run_id counts toward no
+// new lock for the longest TTL the Client asked for (ErrQuarantined).
 //
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not
