@@ -14,10 +14,10 @@ import (
 	"github.com/go-redlock/redlock/integration"
 )
 
-// Sentinel settings of every group: a primary is down after 400ms of
+// Sentinel settings of every group: a primary is down after 1s of
 // silence, and a failover is retried after 2s.
 const (
-	SentinelDownAfter       = 400 * time.Millisecond
+	SentinelDownAfter       = 1000 * time.Millisecond
 	SentinelFailoverTimeout = 2 * time.Second
 	// sentinelWait bounds each wait of a group: its start, a failover.
 	sentinelWait = 20 * time.Second
@@ -242,11 +242,26 @@ func (g *SentinelGroup) Failover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := g.Sentinels.Admin(0).Do(ctx, "SENTINEL", "FAILOVER", g.Name).Err(); err != nil {
-		return fmt.Errorf("sentinel group %s: SENTINEL FAILOVER: %w", g.Name, err)
-	}
-	if err := g.awaitPromoted(ctx, 1-old); err != nil {
-		return err
+	// Sentinel may refuse or abort a failover while it has not yet seen
+	// the replica in sync (NOGOODSLAVE), or while it rewires the replica
+	// to its primary (+fix-slave-config): it is asked again.
+	for {
+		err := g.Sentinels.Admin(0).Do(ctx, "SENTINEL", "FAILOVER", g.Name).Err()
+		if err != nil {
+			if !Sleep(ctx, 250*time.Millisecond) {
+				return fmt.Errorf("sentinel group %s: SENTINEL FAILOVER: %w", g.Name, err)
+			}
+			continue
+		}
+		try, cancel := context.WithTimeout(ctx, 3*SentinelFailoverTimeout/2)
+		err = g.awaitPromoted(try, 1-old)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return err
+		}
 	}
 	return awaitInSync(ctx, g.Servers.Admin(old))
 }
@@ -295,11 +310,17 @@ func (g *SentinelGroup) awaitPromoted(ctx context.Context, i int) error {
 	return poll(ctx, fmt.Sprintf("group %s promotes %s", g.Name, want), func() (bool, error) {
 		for s := range g.Sentinels.Masters {
 			addr, err := g.Sentinels.Admin(s).Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.Name).StringSlice()
-			if err != nil || len(addr) != 2 || net.JoinHostPort(addr[0], addr[1]) != want {
+			if err != nil {
 				return false, err
+			}
+			if len(addr) != 2 || net.JoinHostPort(addr[0], addr[1]) != want {
+				return false, fmt.Errorf("sentinel %d names %v", s, addr)
 			}
 		}
 		info, err := g.Servers.Admin(i).Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "role:master"), err
+		if err == nil && !strings.Contains(info, "role:master") {
+			err = fmt.Errorf("%s is no master yet", want)
+		}
+		return err == nil, err
 	})
 }
