@@ -30,6 +30,7 @@ func suites(count int, benchtime string) []suite {
 		{"BenchmarkContendedWork", benchtime, count},
 		{"BenchmarkSlowMaster", "2s", count},
 		{"BenchmarkMasters", benchtime, count},
+		{"BenchmarkReplicated", benchtime, count},
 		// Command counts barely vary: one repetition, few iterations.
 		{"BenchmarkCommands", "300x", 1},
 	}
