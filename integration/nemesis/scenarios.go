@@ -172,6 +172,9 @@ func Scenarios(s Scale) []Scenario {
 				c.Sentinel = true
 				c.Sections = pick(3000, 1500) // quick: the Duration ends the run
 				c.Duration = dur(15*time.Second, 10*time.Minute)
+				// Full: longer sections, so that 10,000 take minutes, and
+				// many failovers happen meanwhile.
+				c.Hold = dur(2*time.Millisecond, 50*time.Millisecond)
 			}),
 			Nemesis: SentinelFailovers{Count: 2, Up: dur(500*time.Millisecond, 2*time.Second)},
 			Description: "Each master is a Sentinel group (a primary, a replica, three sentinels; down-after 1s), reached through redis.NewFailoverClient. " +

@@ -38,7 +38,8 @@ type Spec struct {
 type Send struct {
 	// Must: a call is never shed nor dropped. It is sent even if the
 	// caller's context has ended. Its agreements are not held up to
-	// identify the server: the identity last learned counts instead.
+	// identify the server: the identity last learned counts instead. Nor
+	// does it wait for replicas (see Durability).
 	Must bool
 	// Skip, with Must, is asked whether master i needs the call at all.
 	Skip pipeline.Skipper
