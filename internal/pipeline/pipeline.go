@@ -141,6 +141,7 @@ type Pipeline struct {
 	senders sync.WaitGroup
 	workers workers
 
+	waitCap       time.Duration // the longest WAIT: half the client's ReadTimeout; 0 for no bound
 	slowYield     time.Duration // see lane.yield: defaultSlowYield; tests may set it before the first call
 	yieldsSkipped atomic.Int64  // yields skipped (see lane.yield), for tests
 
@@ -231,9 +232,11 @@ type Options struct {
 	// Wait, if > 0, follows the call with WAIT on its connection, in the
 	// same write: how many replicas acknowledged it goes to the
 	// Completion's Replicated, if it has one. WAIT waits for Wait
-	// replicas until WaitUntil, and at least 1ms. A batch sends one WAIT
-	// after its last call: it covers every write of the connection before
-	// it. Only a client that pipelines sends it; others answer 0.
+	// replicas until WaitUntil, and at least 1ms, but at most half the
+	// client's ReadTimeout: a read that times out costs the connection.
+	// A batch sends one WAIT after its last call: it covers every write
+	// of the connection before it. Only a client that pipelines sends
+	// it; others answer 0.
 	Wait      int
 	WaitUntil time.Time
 }
@@ -324,6 +327,15 @@ func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
 		// Their EvalSha is a Process of its command. Another type's may
 		// be its own.
 		p.proc = c.(processor)
+	}
+	if c, ok := client.(*redis.Client); ok {
+		// A WAIT that outlasts the read timeout costs its connection.
+		switch rt := c.Options().ReadTimeout; {
+		case rt == 0:
+			p.waitCap = 3 * time.Second / 2 // go-redis's default is 3s
+		case rt > 0:
+			p.waitCap = rt / 2
+		}
 	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -842,7 +854,7 @@ func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
 		}
 		pipe := p.piper.Pipeline()
 		cmd = s.Eval(ctx, pipe, keys.Names, args...) // queued
-		c.acked = execWaited(ctx, pipe, c.Wait, c.WaitUntil)
+		c.acked = p.execWaited(ctx, pipe, c.Wait, c.WaitUntil)
 	}
 	return cmd.Int64()
 }
@@ -860,29 +872,32 @@ func (p *Pipeline) process(ctx context.Context, c *call, cmd redis.Cmder) {
 	}
 	pipe := p.piper.Pipeline()
 	_ = pipe.Process(ctx, cmd)
-	c.acked = execWaited(ctx, pipe, c.Wait, c.WaitUntil)
+	c.acked = p.execWaited(ctx, pipe, c.Wait, c.WaitUntil)
 }
 
 // execWaited queues WAIT for replicas until until on pipe, sends what
 // pipe holds, and returns WAIT's answer: 0 where it failed.
-func execWaited(ctx context.Context, pipe redis.Pipeliner, replicas int, until time.Time) int {
-	wait := waitCmd(ctx, replicas, until)
+func (p *Pipeline) execWaited(ctx context.Context, pipe redis.Pipeliner, replicas int, until time.Time) int {
+	wait := p.waitCmd(ctx, replicas, until)
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx)
 	return int(wait.Val())
 }
 
 // waitCmd returns WAIT for replicas until until, at least 1ms: WAIT 0
-// would block for good.
-func waitCmd(ctx context.Context, replicas int, until time.Time) *redis.IntCmd {
-	ms := max(time.Until(until).Milliseconds(), 1)
-	return redis.NewIntCmd(ctx, "wait", replicas, ms)
+// would block for good. It waits at most waitCap.
+func (p *Pipeline) waitCmd(ctx context.Context, replicas int, until time.Time) *redis.IntCmd {
+	d := time.Until(until)
+	if p.waitCap > 0 {
+		d = min(d, p.waitCap)
+	}
+	return redis.NewIntCmd(ctx, "wait", replicas, max(d.Milliseconds(), 1))
 }
 
 // batchWait returns the WAIT that covers the waiting calls of batch, or
 // nil if none waits: for the most replicas any asks, until the latest
 // WaitUntil.
-func batchWait(ctx context.Context, batch []*call) *redis.IntCmd {
+func (p *Pipeline) batchWait(ctx context.Context, batch []*call) *redis.IntCmd {
 	replicas, until := 0, time.Time{}
 	for _, c := range batch {
 		if c.Wait > 0 {
@@ -895,7 +910,7 @@ func batchWait(ctx context.Context, batch []*call) *redis.IntCmd {
 	if replicas == 0 {
 		return nil
 	}
-	return waitCmd(ctx, replicas, until)
+	return p.waitCmd(ctx, replicas, until)
 }
 
 // setAcked gives WAIT's answer to the calls of batch that wait.
@@ -971,7 +986,7 @@ func (ln *lane) send(batch []*call) (resent bool) {
 		ln.pipe = p.piper.Pipeline()
 	}
 	// One WAIT after the batch covers every write of its connection.
-	wait := batchWait(ctx, batch)
+	wait := p.batchWait(ctx, batch)
 	if wait != nil {
 		ln.cmds = append(ln.cmds, wait)
 	}
@@ -1021,7 +1036,7 @@ func (ln *lane) resend(ctx context.Context, batch []*call) bool {
 	}
 	// The calls sent again write only now, maybe on another connection:
 	// a WAIT of their own covers them.
-	wait := batchWait(ctx, resent)
+	wait := p.batchWait(ctx, resent)
 	if wait != nil {
 		_ = ln.pipe.Process(ctx, wait)
 	}

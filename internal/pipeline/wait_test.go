@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -113,3 +114,40 @@ func TestNoWaitWithoutReplicas(t *testing.T) {
 	defer r.mu.Unlock()
 	assert.False(t, r.told, "no WAIT, no Replicated")
 }
+
+// TestWaitStaysWithinTheReadTimeout: a WAIT gives up at half the client's
+// ReadTimeout, whatever WaitUntil says. Its read does not time out, which
+// would cost the connection and the call's answer.
+func TestWaitStaysWithinTheReadTimeout(t *testing.T) {
+	p, replica := startReplicated(t)
+	opt := *p.client.(*redis.Client).Options()
+	opt.ReadTimeout = 400 * time.Millisecond
+	rc := redis.NewClient(&opt)
+	t.Cleanup(func() { _ = rc.Close() })
+	short := New(rc, testLimit, 1)
+	t.Cleanup(short.Close)
+	require.Equal(t, 200*time.Millisecond, short.waitCap)
+
+	require.NoError(t, replica.Pause(t.Context()))
+	r := newReplicator()
+	var callErr error
+	done := make(chan struct{})
+	short.Go(t.Context(), incrScript, NewKeys("k"), nil, Options{Wait: 1, WaitUntil: time.Now().Add(testLimit)},
+		newBoth(func(_ int64, err error) { callErr = err; close(done) }, r))
+	start := time.Now()
+	<-done
+	assert.Less(t, time.Since(start), testLimit/2, "WAIT gave up early")
+	assert.NoError(t, callErr, "the call's answer was read")
+	assert.Equal(t, 0, r.acked)
+}
+
+// both is a Completion, and a Replicator through r.
+type both struct {
+	f func(int64, error)
+	r *replicator
+}
+
+func newBoth(f func(int64, error), r *replicator) *both { return &both{f, r} }
+
+func (b *both) Replicated(n int)            { b.r.Replicated(n) }
+func (b *both) Complete(v int64, err error) { b.f(v, err) }
