@@ -203,7 +203,8 @@ type config struct {
 // work. redlock calls its Process and Pipeline where it has them, so an
 // overridden Eval or EvalSha sees only some calls. Besides scripts,
 // redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
-// and Subscribe for wake-on-release.
+// and Subscribe for wake-on-release. A script followed by WAIT goes out
+// through Pipeline, also when sent alone.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}

@@ -67,7 +67,8 @@ type slot struct {
 	Answer
 	server string // the master's server, "" if unknown
 	// verdict is why an agreement does not count. The server is a
-	// replica, could not be identified, or counted already.
+	// replica, could not be identified, or counted already. Or a
+	// failover could lose the write (see slot.durable).
 	verdict error
 	acked   int           // the replicas that acknowledged the call's write (WAIT)
 	read    bool          // the decider saw this reply before deciding, or awaitUndo after
@@ -217,8 +218,8 @@ func (r *round) withdraw(elapsed time.Duration) {
 }
 
 // awaitUndo waits until every master whose agreement the decider saw,
-// counted or not, has made its first try to undo it. That try is bounded by MasterTimeout.
-// Their keys surely exist, and the caller's next attempt must not find
+// counted or not, has made its first try to undo it. That try is bounded
+// by MasterTimeout. Their keys surely exist, and the caller's next attempt must not find
 // them. It also waits for the masters that have not answered, and their
 // undo, until grace fires. Most answer about as fast as the others did. A
 // late agreement not yet undone would make the next attempts fail in
