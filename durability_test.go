@@ -134,7 +134,7 @@ func TestQuarantineAfterARestartSeen(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	ctx := t.Context()
-	const ttl = 1500 * time.Millisecond
+	const ttl = 3 * time.Second
 
 	l, err := c.Acquire(ctx, "k", ttl)
 	require.NoError(t, err)
