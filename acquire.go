@@ -169,6 +169,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}}
 	if holds == 1 {
 		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
+		o.Grants = true              // a re-entry never creates a missing key
 		o.Send.Unsent = &l.unsent
 		if m.fenced && c.fencing {
 			// A token must be larger than every earlier lock's. A late

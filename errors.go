@@ -79,8 +79,11 @@ type MasterResult struct {
 	// it refused an acquire. It is ErrNotHeld when it refused a re-entry,
 	// extend or release: the lock is not ours there. Else it is
 	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, ErrMasterSilent, the
-	// caller's context error, or the master's own error. A master whose agreement does not count
-	// has ErrReplica or a *SameServerError here. A master that agreed to a
+	// caller's context error, or the master's own error. A master whose
+	// agreement does not count has ErrReplica or a *SameServerError here.
+	// Or it has ErrNotReplicated (its replicas did not all acknowledge the
+	// write in time), or ErrQuarantined (it reaches a new server lately).
+	// A master that agreed to a
 	// failed acquire after the decision has an error wrapping ErrNoReply.
 	// Its agreement is undone.
 	Err error
@@ -133,7 +136,7 @@ func (e *QuorumError) Error() string {
 			case m.Agreed:
 			case isRefusal(m.Err):
 				refused++
-			case isUncounted(m.Err):
+			case isUncounted(m.Err), errors.Is(m.Err, ErrNotReplicated), errors.Is(m.Err, ErrQuarantined):
 				uncounted++
 			case isReply(m.Err):
 				failed++

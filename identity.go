@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,6 +23,20 @@ var (
 	// ErrReplica means a master reports itself as a replica: it does not
 	// count toward a quorum, as its data follows another server's.
 	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
+
+	// ErrNotReplicated is a master's error in a QuorumError when it
+	// agreed, but not every replica it has acknowledged the write within
+	// the round (WAIT). A failover could lose the write, so the agreement
+	// does not count. Where it applied, it is undone or released as any
+	// other.
+	ErrNotReplicated = errors.New("redlock: the write did not reach every replica in time")
+
+	// ErrQuarantined is a master's error in a QuorumError when it agreed
+	// to a new lock, but reaches another server than before (a new
+	// run_id: a restart or a failover). That server may have lost locks
+	// it held. So it counts toward no new lock until the longest TTL this
+	// Client asked for has passed since the change was seen.
+	ErrQuarantined = errors.New("redlock: the master reaches a new server, which counts toward no new lock for the longest TTL")
 )
 
 // SameServerError means two masters answered with the same run_id. They
@@ -51,8 +66,9 @@ func (e *SameServerError) Is(target error) bool { return target == ErrSameServer
 
 // serverID is what a master said about itself.
 type serverID struct {
-	runID string // INFO server's run_id; "" when unknown
-	role  string // INFO replication's role: "master", "slave"; "" when unknown
+	runID    string // INFO server's run_id; "" when unknown
+	role     string // INFO replication's role: "master", "slave"; "" when unknown
+	replicas int    // INFO replication's connected_slaves; 0 when unknown
 	// opened and asked are idCache.opened and idCache.asked when the INFO
 	// was sent.
 	opened, asked uint64
@@ -66,11 +82,19 @@ type serverID struct {
 // pool has opened a connection since, as that may reach another server.
 // So identifying costs no round trip in the steady state. A role change
 // without a new connection goes unseen until then, or until Verify. Safe
-// for concurrent use: current and asked are atomic.
+// for concurrent use: current, asked and changed are atomic.
+//
+// It is also the engine's quorum.Durability. A master with replicas has
+// its writes followed by WAIT. A new run_id puts the master in
+// quarantine for the longest TTL the Client asked for.
 type idCache struct {
 	client  *redis.Client
 	asked   atomic.Uint64 // bumped by refresh
 	current atomic.Pointer[serverID]
+	// changed is when a new run_id was seen, in Unix nanoseconds; 0 if
+	// never. longest is the Client's longest TTL asked for.
+	changed atomic.Int64
+	longest *atomic.Int64
 
 	// mu guards pending.
 	mu      sync.Mutex
@@ -80,12 +104,12 @@ type idCache struct {
 // newIDCache returns the cache of a master whose server can be asked, or
 // nil. Only a *redis.Client reaches one server; a Cluster or Ring client
 // reaches several. It installs nothing on the client.
-func newIDCache(c redis.Scripter) *idCache {
+func newIDCache(c redis.Scripter, longest *atomic.Int64) *idCache {
 	rc, ok := c.(*redis.Client)
 	if !ok {
 		return nil
 	}
-	return &idCache{client: rc}
+	return &idCache{client: rc, longest: longest}
 }
 
 // opened returns how many connections the client's main and pipeline
@@ -131,6 +155,7 @@ func (id *idCache) get(ctx context.Context) (*serverID, error) {
 		s, err := id.ask(ctx)
 		id.mu.Lock()
 		if err == nil {
+			id.seen(s)
 			id.current.Store(s)
 		}
 		id.pending = nil
@@ -138,6 +163,48 @@ func (id *idCache) get(ctx context.Context) (*serverID, error) {
 		id.mu.Unlock()
 		return s, err
 	}
+}
+
+// seen starts the quarantine where s is another server than the one last
+// identified. id.mu must be held.
+func (id *idCache) seen(s *serverID) {
+	if old := id.current.Load(); old != nil && old.runID != "" && s.runID != "" && old.runID != s.runID {
+		id.changed.Store(time.Now().UnixNano())
+	}
+}
+
+// Replicas returns how many replicas the server had when last
+// identified. It does not ask.
+func (id *idCache) Replicas() int {
+	if s := id.current.Load(); s != nil {
+		return s.replicas
+	}
+	return 0
+}
+
+// Unreplicated returns the verdict on an agreement that only acked of
+// replicas acknowledged. The replica count may be stale: a replica that
+// left would hold every agreement back. So the server is asked again
+// before the next round's agreement counts.
+func (id *idCache) Unreplicated(acked, replicas int) error {
+	id.refresh()
+	return fmt.Errorf("%w (%d of %d replicas acknowledged)", ErrNotReplicated, acked, replicas)
+}
+
+// Quarantine returns why an agreement to a new lock must not count: the
+// master reached a new server less than the longest TTL ago. Else nil.
+func (id *idCache) Quarantine() error {
+	changed := id.changed.Load()
+	if changed == 0 {
+		return nil
+	}
+	since := time.Duration(time.Now().UnixNano() - changed)
+	ttl := time.Duration(id.longest.Load())
+	if since >= ttl {
+		return nil
+	}
+	return fmt.Errorf("%w (run_id %s, seen %v ago; counts again in %v)", ErrQuarantined,
+		id.Last(), since.Round(time.Millisecond), (ttl - since).Round(time.Millisecond))
 }
 
 // fresh returns the cached identity, or nil if get would ask the server.
@@ -195,6 +262,7 @@ func (id *idCache) askOnce(ctx context.Context) (*serverID, error) {
 	}
 	s.runID = infoField(info, "run_id")
 	s.role = infoField(info, "role")
+	s.replicas, _ = strconv.Atoi(infoField(info, "connected_slaves"))
 	return s, nil
 }
 

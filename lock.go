@@ -254,6 +254,9 @@ func (l *Lock) sendsTTL(ttl time.Duration) {
 	if int64(ttl) > l.longest.Load() {
 		l.longest.Store(int64(ttl))
 	}
+	c := &l.client.longest
+	for old := c.Load(); int64(ttl) > old && !c.CompareAndSwap(old, int64(ttl)); old = c.Load() {
+	}
 }
 
 // longestTTL returns the longest TTL a call of this Lock asked for.

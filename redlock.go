@@ -13,7 +13,8 @@
 // about the same rate as the client's (within DriftFactor). The holder
 // does not pause for longer than its validity. A master that lost its data
 // (restart without persistence) stays out of service for longer than the
-// longest TTL.
+// longest TTL, unless the client saw it change. A master with replicas
+// counts only writes that reached them (WAIT), so a failover keeps them.
 package redlock
 
 import (
@@ -25,6 +26,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -146,6 +148,10 @@ type Client struct {
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
 	engine    *quorum.Engine // runs the rounds; set by New
+	// longest is the longest TTL any call of the Client asked a master
+	// for, in nanoseconds. It is how long a master that reached a new
+	// server counts toward no new lock. Atomic: Locks raise it.
+	longest atomic.Int64
 }
 
 // config is a Client's Options, checked and defaulted by New.
@@ -186,12 +192,19 @@ type config struct {
 // identifies only those whose pool opened a connection for its call
 // itself. Verify checks every master up front.
 //
+// The same INFO tells how many replicas a master has. Where it has any,
+// a round's write is followed by WAIT on its connection, and the master's
+// agreement counts only once every replica took it (else its error is
+// ErrNotReplicated). A master seen reaching a new run_id counts toward no
+// new lock for the longest TTL the Client asked for (ErrQuarantined).
+//
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not
 // work. redlock calls its Process and Pipeline where it has them, so an
 // overridden Eval or EvalSha sees only some calls. Besides scripts,
 // redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
-// and Subscribe for wake-on-release.
+// and Subscribe for wake-on-release. A script followed by WAIT goes out
+// through Pipeline, also when sent alone.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -263,7 +276,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		}
 		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n))
 		pipe.UseFunctions(functions)
-		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client), pipe: pipe, prep: &preparation{}}
+		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client, &c.longest), pipe: pipe, prep: &preparation{}}
 	}
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	qm := make([]quorum.Master, n)

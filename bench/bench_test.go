@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -588,6 +589,85 @@ func BenchmarkMasters(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkReplicated measures what replicas cost redlock: one lock+unlock
+// pair on fresh keys, on five masters without replicas (replicas=0) and on
+// five others with one replica each (replicas=1), where every acquire
+// waits (WAIT, pipelined behind it) until the replica took it. g=1: one
+// goroutine, percentiles of the pair; g=16: sixteen, ns/op is wall time
+// per pair.
+func BenchmarkReplicated(b *testing.B) {
+	_, plain, cc := masters(b, 5)
+	replicated, rcc := mastersWithReplicas(b, 5)
+	for _, replicas := range []int{0, 1} {
+		clients, counter := plain, cc
+		if replicas == 1 {
+			clients, counter = replicated, rcc
+		}
+		for _, g := range []int{1, 16} {
+			b.Run(fmt.Sprintf("replicas=%d/g=%d", replicas, g), func(b *testing.B) {
+				l := newLocker(b, Redlock, clients)
+				ws := workers(b, l, g, false)
+				warm(b, l, g)
+				ks := freshKeys(b, b.N)
+				m := startInfo(b, counter, l)
+				if g == 1 {
+					lat, errs := sequential(b, ws[0], ks, false)
+					m.finish(int64(len(lat)))
+					reportLatency(b, lat, errs)
+					return
+				}
+				ops, errs := parallel(b, ws, ks)
+				m.finish(ops)
+				b.ReportMetric(float64(ops-errs)/b.Elapsed().Seconds(), "ops/s")
+				b.ReportMetric(float64(errs)/float64(max(ops, 1)), "errs/op")
+			})
+		}
+	}
+}
+
+// mastersWithReplicas is masters where each master has one replica, in
+// sync before it returns.
+func mastersWithReplicas(b *testing.B, n int) ([]*redis.Client, *CommandCounter) {
+	b.Helper()
+	cl, clients, cc := masters(b, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	replicas, err := integration.StartProcesses(ctx, n, integration.ProcessOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := replicas.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	for i, m := range cl.Masters {
+		host, port, err := net.SplitHostPort(m.Addr())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cl.Admin(i).ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := replicas.Admin(i).Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range n {
+		for {
+			info, err := replicas.Admin(i).Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatalf("replica %d never synced: %v", i, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return clients, cc
 }
 
 // BenchmarkCommands counts the commands clients send (cmds/op) with

@@ -90,9 +90,10 @@ func TestFailoverSingleInstanceLockHeldTwice(t *testing.T) {
 }
 
 // TestFailoverRedlockHeldOnce: the same failover on one of five Redlock
-// masters, each with a replica that has not received the lock. The
-// promoted replica grants it, but the four others refuse: the second
-// client does not get the lock while the first's validity lasts.
+// masters, each with a replica; master 0's has not received the lock. Its
+// agreement did not count (WAIT saw no replica take it). The promoted
+// replica grants the lock, but the four others refuse: the second client
+// does not get the lock while the first's validity lasts.
 func TestFailoverRedlockHeldOnce(t *testing.T) {
 	masters := integration.NewProcessCluster(t, 5, integration.ProcessOptions{})
 	replicas, links := replicated(t, masters)
@@ -100,18 +101,14 @@ func TestFailoverRedlockHeldOnce(t *testing.T) {
 	const ttl = 10 * time.Second
 	opts := &redlock.Options{MasterTimeout: slack}
 
-	for i := range 5 {
-		require.NoError(t, links.BlackHole(i), "replication stalls")
-	}
+	require.NoError(t, links.BlackHole(0), "replication stalls")
 	a := newClient(t, masters, opts)
 	la, err := a.Acquire(ctx, "job", ttl)
 	require.NoError(t, err)
 	waitHeldEverywhere(t, masters, la)
 	time.Sleep(100 * time.Millisecond)
-	for i := range 5 {
-		_, err := replicas.Admin(i).Get(ctx, "{job}").Result()
-		require.ErrorIs(t, err, redis.Nil, "the lock has not reached replica %d", i)
-	}
+	_, err = replicas.Admin(0).Get(ctx, "{job}").Result()
+	require.ErrorIs(t, err, redis.Nil, "the lock has not reached replica 0")
 
 	promote(t, masters, replicas, 0)
 	// b sees the failed-over deployment: the promoted replica instead of m0.

@@ -41,3 +41,15 @@ func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, 
 // MasterOptions returns go-redis options for a Redlock master at addr; see
 // harness.MasterOptions.
 func MasterOptions(addr string) *redis.Options { return harness.MasterOptions(addr) }
+
+// Join returns one Cluster of the masters of cs, in order. Its Close
+// closes each of cs, after killing the masters.
+func Join(cs ...*Cluster) *Cluster {
+	var masters []Master
+	var closes []func() error
+	for _, c := range cs {
+		masters = append(masters, c.Masters...)
+		closes = append(closes, c.Close)
+	}
+	return harness.New(masters, closes...)
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages that the integration tests and the demo need:
-# redis-server (the masters) and faketime (clock faults, via libfaketime),
+# redis-server (the masters), redis-sentinel (Sentinel-managed masters) and
+# faketime (clock faults, via libfaketime),
 # plus gcc and libc6-dev where no C compiler exists (go test -race needs
 # cgo). Idempotent: does nothing when everything is present. Installs with
 # apt-get when run as root; otherwise prints the command to run and exits 1.
@@ -18,6 +19,8 @@ packages=(redis-server)
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if [ "$only_redis" -eq 0 ]; then
+	packages+=(redis-sentinel)
+	command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 	packages+=(faketime)
 	command -v faketime >/dev/null 2>&1 || missing+=(faketime)
 	# The preload library is what the clock-fault tests actually load.
@@ -39,7 +42,7 @@ fi
 install_cmd="apt-get update && apt-get install -y ${packages[*]}"
 if ! command -v apt-get >/dev/null 2>&1; then
 	echo "install-deps: missing ${missing[*]}, and this is not a Debian/Ubuntu system (no apt-get)." >&2
-	echo "install-deps: install redis-server (7.x), libfaketime and gcc with your package manager." >&2
+	echo "install-deps: install redis-server and redis-sentinel (7.x), libfaketime and gcc with your package manager." >&2
 	exit 1
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -68,11 +71,13 @@ apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 # Stop and disable the system service in case it started anyway; each step
 # is harmless where it does not apply.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-	systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+	systemctl disable --now redis-server.service redis-sentinel.service >/dev/null 2>&1 || true
 fi
-if [ -x /etc/init.d/redis-server ]; then
-	/etc/init.d/redis-server stop >/dev/null 2>&1 || true
-fi
+for svc in redis-server redis-sentinel; do
+	if [ -x "/etc/init.d/$svc" ]; then
+		"/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+	fi
+done
 if command -v redis-cli >/dev/null 2>&1 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 	echo "install-deps: warning: something still answers on 127.0.0.1:6379 (the tests do not use it)" >&2
 fi

@@ -134,7 +134,9 @@ with its own go-redis connections, ` + "`redlock.Client`" + ` and ` + "`mutex.Mu
 repeat: pick one of the run's keys at random, lock it, read the counter that
 key guards, hold, write it back incremented, unlock. Several keys let many
 sections run at once while each key stays contended; the checker looks at
-each key's history on its own.
+each key's history on its own. In the sentinel scenario each master is a
+Sentinel group instead (a primary, a replica and three redis-sentinel
+processes), which the clients reach through ` + "`redis.NewFailoverClient`" + `.
 Runs are bounded by a count of lock calls and by a duration. Meanwhile a
 nemesis injects faults. Every critical section is recorded on one monotonic
 clock in the test process (enter, exit, holder, lock value, fencing token,

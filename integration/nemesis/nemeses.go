@@ -412,3 +412,45 @@ func (d *DriftingClock) Run(ctx context.Context, env *Env) error {
 	}
 	return d.set(0)
 }
+
+// SentinelFailovers fails over Count Sentinel groups at once (Config.Sentinel),
+// then lets Up pass, and again. The failovers alternate: a forced one
+// (SENTINEL FAILOVER), then the primaries killed (SIGKILL), which Sentinel
+// notices after its down-after time. A killed primary comes back empty, as
+// a replica of the promoted one. Each failover waits until the old primary
+// replicates again, so every group keeps a replica in sync between
+// faults.
+type SentinelFailovers struct {
+	Count int
+	Up    time.Duration
+}
+
+func (s SentinelFailovers) Run(ctx context.Context, env *Env) error {
+	if env.Groups == nil {
+		return errors.New("nemesis: SentinelFailovers needs Config.Sentinel")
+	}
+	for round := 0; ; round++ {
+		idx := env.Pick(s.Count)
+		kill := round%2 == 1
+		var g errgroup.Group
+		for _, i := range idx {
+			grp := env.Groups[i]
+			if kill {
+				env.Fault("kill -9 the primary of %s", grp.Name)
+				g.Go(func() error { return grp.KillPrimary(ctx) })
+			} else {
+				env.Fault("SENTINEL FAILOVER %s", grp.Name)
+				g.Go(func() error { return grp.Failover(ctx) })
+			}
+		}
+		if err := g.Wait(); err != nil {
+			if ctx.Err() != nil { // the run ended meanwhile
+				return nil
+			}
+			return err
+		}
+		if !Sleep(ctx, s.Up) {
+			return nil
+		}
+	}
+}

@@ -62,6 +62,10 @@ type Config struct {
 	Fencing FencingFunc
 	// Binary is the redis-server executable; default from PATH.
 	Binary string
+	// Sentinel: each master is a Sentinel group (see StartSentinelGroups),
+	// which each client reaches through redis.NewFailoverClient, without
+	// proxies. Env.Groups holds them; Env.Cluster and Env.Proxies are nil.
+	Sentinel bool
 	// Logf, if not nil, receives a line per injected fault.
 	Logf func(format string, args ...any)
 }
@@ -135,7 +139,8 @@ type Entered struct {
 // Env is what a Nemesis acts on. Its methods are safe for concurrent use.
 type Env struct {
 	Cluster *integration.Cluster
-	Proxies *Proxies // the clients' only path to the masters
+	Proxies *Proxies         // the clients' only path to the masters
+	Groups  []*SentinelGroup // the masters, with Config.Sentinel
 	Config  Config
 	Rec     *Recorder
 
@@ -193,7 +198,7 @@ func (e *Env) entered(s Entered) {
 
 // Pick returns k distinct master indexes at random.
 func (e *Env) Pick(k int) []int {
-	return mrand.Perm(len(e.Cluster.Masters))[:k]
+	return mrand.Perm(e.Config.Masters)[:k]
 }
 
 // Sleep waits for d or until ctx ends; it reports whether d passed.
@@ -253,26 +258,43 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 	}
 	opts.Binary = cfg.Binary
 	began := time.Now()
-	cluster, err := integration.StartProcesses(ctx, cfg.Masters, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, cluster.Close()) }()
-	proxies, err := NewProxies(cluster.Addrs())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, proxies.Close()) }()
-
 	rec := NewRecorder()
-	env := &Env{Cluster: cluster, Proxies: proxies, Config: cfg, Rec: rec}
+	env := &Env{Config: cfg, Rec: rec}
+	if cfg.Sentinel {
+		if env.Groups, err = StartSentinelGroups(ctx, cfg.Masters); err != nil {
+			return nil, err
+		}
+		for _, g := range env.Groups {
+			defer func() { err = errors.Join(err, g.Close()) }()
+		}
+	} else {
+		if env.Cluster, err = integration.StartProcesses(ctx, cfg.Masters, opts); err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, env.Cluster.Close()) }()
+		if env.Proxies, err = NewProxies(env.Cluster.Addrs()); err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, env.Proxies.Close()) }()
+	}
+
 	res := make([]*Resource, cfg.Keys)
 	for k := range res {
 		res[k] = NewResource(rec)
 	}
 	workers := make([]*worker, cfg.Clients)
 	for i := range workers {
-		w, err := newWorker(i, cfg, proxies.NewClients(), env, res)
+		var masters []*redis.Client
+		if cfg.Sentinel {
+			for _, g := range env.Groups {
+				rc := g.NewClient()
+				defer func() { err = errors.Join(err, rc.Close()) }() // after the worker's client
+				masters = append(masters, rc)
+			}
+		} else {
+			masters = env.Proxies.NewClients()
+		}
+		w, err := newWorker(i, cfg, masters, env, res)
 		if err != nil {
 			return nil, err
 		}

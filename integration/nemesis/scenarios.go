@@ -167,6 +167,21 @@ func Scenarios(s Scale) []Scenario {
 			Description: "As rolling-restart, with quorum repair off (redlock.Options.NoRepair): each master that restarts, or that the other client took first at the start, is one holder fewer, and the lock is lost within a few restarts, though every restart was delayed.",
 		},
 		{
+			Name: "sentinel-failover-minority", Safe: true,
+			Config: with(base(), func(c *Config) {
+				c.Sentinel = true
+				c.Sections = pick(3000, 1500) // quick: the Duration ends the run
+				c.Duration = dur(15*time.Second, 10*time.Minute)
+				// Full: longer sections, so that 10,000 take minutes, and
+				// many failovers happen meanwhile.
+				c.Hold = dur(2*time.Millisecond, 50*time.Millisecond)
+			}),
+			Nemesis: SentinelFailovers{Count: 2, Up: dur(500*time.Millisecond, 2*time.Second)},
+			Description: "Each master is a Sentinel group (a primary, a replica, three sentinels; down-after 1s), reached through redis.NewFailoverClient. " +
+				"2 of 5 groups fail over at once, alternately forced (SENTINEL FAILOVER) and by kill -9 of the primary, which comes back empty as a replica; then a pause, and again. " +
+				"An agreement counts once WAIT saw the replica take it, and a group seen to change server counts toward no new lock for a TTL.",
+		},
+		{
 			Name: "restart-no-delay", Safe: false, Config: holding(),
 			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 0, Up: 300 * time.Millisecond},
 			Description: "As restart-delayed, but the 4 masters come back empty at once, while the lock is held: the holder keeps it on 1 master, 4 are free. Breaks the persistence assumption.",

@@ -36,6 +36,10 @@ type ProcessOptions struct {
 	// Args are extra redis-server arguments, appended after the harness's
 	// own so they can override them.
 	Args []string
+	// Config, if not empty, is written to a config file in each master's
+	// directory, given before every argument. redis-sentinel needs one:
+	// it rewrites it with what it learns.
+	Config string
 }
 
 const (
@@ -81,7 +85,7 @@ func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, 
 			env = append(env, opts.EnvFor(i)...)
 		}
 		name := fmt.Sprintf("m%d", i)
-		m, err := startProcessMaster(ctx, name, filepath.Join(root, name), bin, env, opts.Args)
+		m, err := startProcessMaster(ctx, name, filepath.Join(root, name), bin, env, opts.Args, opts.Config)
 		if err != nil {
 			return nil, errors.Join(err, c.Close())
 		}
@@ -92,9 +96,17 @@ func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, 
 
 // startProcessMaster starts a master working in dir on a free port, trying
 // another port if the chosen one is taken before redis binds it.
-func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraArgs []string) (*processMaster, error) {
+func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraArgs []string, config string) (*processMaster, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
+	}
+	var first []string
+	if config != "" {
+		path := filepath.Join(dir, "server.conf")
+		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+			return nil, err
+		}
+		first = []string{path}
 	}
 	var err error
 	for range StartAttempts {
@@ -109,7 +121,7 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 			binary: bin,
 			env:    env,
 		}
-		m.args = append([]string{
+		m.args = append(append(first[:len(first):len(first)],
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
 			"--protected-mode", "no",
@@ -118,7 +130,7 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 			"--daemonize", "no",
 			"--dir", filepath.Join(m.dir, "data"),
 			"--logfile", m.logPath(),
-		}, extraArgs...)
+		), extraArgs...)
 		m.mu.Lock()
 		err = m.start(ctx)
 		m.mu.Unlock()
@@ -178,7 +190,7 @@ type processMaster struct {
 	name, addr string
 	dir        string   // holds the log file and the data directory
 	binary     string   // absolute path of redis-server
-	args       []string // full redis-server command line after the binary
+	args       []string // full redis-server command line after the binary; guarded by mu
 	env        []string // full environment
 
 	mu   sync.Mutex              // serialises Kill, Restart, Pause and Resume
@@ -251,6 +263,16 @@ func (m *processMaster) kill(ctx context.Context) error {
 func (m *processMaster) Restart(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return Restart(ctx, m.kill, m.start)
+}
+
+// RestartWith is Restart with args appended to the master's arguments,
+// for this start and the later ones. A later argument overrides an
+// earlier one: "--replicaof host port" makes it start as a replica.
+func (m *processMaster) RestartWith(ctx context.Context, args ...string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.args = append(m.args[:len(m.args):len(m.args)], args...)
 	return Restart(ctx, m.kill, m.start)
 }
 

@@ -141,6 +141,7 @@ type Pipeline struct {
 	senders sync.WaitGroup
 	workers workers
 
+	waitCap       time.Duration // the longest WAIT: half the client's ReadTimeout; 0 for no bound
 	slowYield     time.Duration // see lane.yield: defaultSlowYield; tests may set it before the first call
 	yieldsSkipped atomic.Int64  // yields skipped (see lane.yield), for tests
 
@@ -243,6 +244,25 @@ type Options struct {
 	Group  *Group
 	Unsent *atomic.Uint64
 	Index  int
+	// Wait, if > 0, follows the call with WAIT on its connection, in the
+	// same write: how many replicas acknowledged it goes to the
+	// Completion's Replicated, if it has one. WAIT waits for Wait
+	// replicas until WaitUntil, and at least 1ms, but at most half the
+	// client's ReadTimeout: a read that times out costs the connection.
+	// A batch sends one WAIT after its last call: it covers every write
+	// of the connection before it. Only a client that pipelines sends
+	// it; others answer 0.
+	Wait      int
+	WaitUntil time.Time
+}
+
+// Replicator is a Completion that takes the answer of a call's WAIT (see
+// Options.Wait).
+type Replicator interface {
+	// Replicated receives how many replicas acknowledged the call's
+	// write, 0 where WAIT failed. It runs just before Complete, on the
+	// same goroutine, and must not block.
+	Replicated(acked int)
 }
 
 // call is a call accepted. The Pipeline owns it until it is answered, then
@@ -261,6 +281,7 @@ type call struct {
 	argv         []any      // EVALSHA's or FCALL's arguments; its buffer is reused
 	cmd          *redis.Cmd // what is sent
 	done         Completion
+	acked        int // the replicas that acknowledged it, with Wait; set by the sender
 	Options
 }
 
@@ -322,6 +343,15 @@ func New(client redis.Scripter, limit time.Duration, lanes int) *Pipeline {
 		// Their EvalSha is a Process of its command. Another type's may
 		// be its own.
 		p.proc = c.(processor)
+	}
+	if c, ok := client.(*redis.Client); ok {
+		// A WAIT that outlasts the read timeout costs its connection.
+		switch rt := c.Options().ReadTimeout; {
+		case rt == 0:
+			p.waitCap = 3 * time.Second / 2 // go-redis's default is 3s
+		case rt > 0:
+			p.waitCap = rt / 2
+		}
 	}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -461,8 +491,13 @@ func (ln *lane) wakeSender() {
 
 // answer hands a call's outcome to its Completion and lets the call go.
 func (p *Pipeline) answer(c *call, v int64, err error) {
-	done := c.done
+	done, acked, waited := c.done, c.acked, c.Wait > 0
 	c.recycle()
+	if waited {
+		if r, ok := done.(Replicator); ok {
+			r.Replicated(acked)
+		}
+	}
 	done.Complete(v, err)
 	p.wg.Done()
 }
@@ -831,15 +866,84 @@ func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
 		return s.Run(ctx, p.client, keys.Names, args...).Int64()
 	}
 	cmd := c.cmd // built with the call's context; ctx is what bounds it
-	_ = p.proc.Process(ctx, cmd)
+	p.process(ctx, c, cmd)
 	if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx, false) == nil {
 		cmd = newCmd(ctx, cmd.Args())
-		_ = p.proc.Process(ctx, cmd)
+		p.process(ctx, c, cmd)
 	}
 	if p.asScript(cmd) {
-		return s.Eval(ctx, p.client, keys.Names, args...).Int64()
+		if !p.waits(c) {
+			return s.Eval(ctx, p.client, keys.Names, args...).Int64()
+		}
+		pipe := p.piper.Pipeline()
+		cmd = s.Eval(ctx, pipe, keys.Names, args...) // queued
+		c.acked = p.execWaited(ctx, pipe, c.Wait, c.WaitUntil)
 	}
 	return cmd.Int64()
+}
+
+// waits reports whether call c is followed by WAIT.
+func (p *Pipeline) waits(c *call) bool { return c.Wait > 0 && p.piper != nil }
+
+// process sends cmd, call c's command, alone. Where c waits for
+// replicas, WAIT follows it in one pipelined write on one connection. So
+// it fires the pipeline hooks.
+func (p *Pipeline) process(ctx context.Context, c *call, cmd redis.Cmder) {
+	if !p.waits(c) {
+		_ = p.proc.Process(ctx, cmd)
+		return
+	}
+	pipe := p.piper.Pipeline()
+	_ = pipe.Process(ctx, cmd)
+	c.acked = p.execWaited(ctx, pipe, c.Wait, c.WaitUntil)
+}
+
+// execWaited queues WAIT for replicas until until on pipe, sends what
+// pipe holds, and returns WAIT's answer: 0 where it failed.
+func (p *Pipeline) execWaited(ctx context.Context, pipe redis.Pipeliner, replicas int, until time.Time) int {
+	wait := p.waitCmd(ctx, replicas, until)
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	return int(wait.Val())
+}
+
+// waitCmd returns WAIT for replicas until until, at least 1ms: WAIT 0
+// would block for good. It waits at most waitCap.
+func (p *Pipeline) waitCmd(ctx context.Context, replicas int, until time.Time) *redis.IntCmd {
+	d := time.Until(until)
+	if p.waitCap > 0 {
+		d = min(d, p.waitCap)
+	}
+	return redis.NewIntCmd(ctx, "wait", replicas, max(d.Milliseconds(), 1))
+}
+
+// batchWait returns the WAIT that covers the waiting calls of batch, or
+// nil if none waits: for the most replicas any asks, until the latest
+// WaitUntil.
+func (p *Pipeline) batchWait(ctx context.Context, batch []*call) *redis.IntCmd {
+	replicas, until := 0, time.Time{}
+	for _, c := range batch {
+		if c.Wait > 0 {
+			replicas = max(replicas, c.Wait)
+			if c.WaitUntil.After(until) {
+				until = c.WaitUntil
+			}
+		}
+	}
+	if replicas == 0 {
+		return nil
+	}
+	return p.waitCmd(ctx, replicas, until)
+}
+
+// setAcked gives WAIT's answer to the calls of batch that wait.
+func setAcked(batch []*call, wait *redis.IntCmd) {
+	n := int(wait.Val())
+	for _, c := range batch {
+		if c.Wait > 0 {
+			c.acked = n
+		}
+	}
 }
 
 // scriptHashes maps a *redis.Script to its SHA1 as an any, so that queued
@@ -904,10 +1008,18 @@ func (ln *lane) send(batch []*call) (resent bool) {
 	if ln.pipe == nil {
 		ln.pipe = p.piper.Pipeline()
 	}
+	// One WAIT after the batch covers every write of its connection.
+	wait := p.batchWait(ctx, batch)
+	if wait != nil {
+		ln.cmds = append(ln.cmds, wait)
+	}
 	_ = ln.pipe.BatchProcess(ctx, ln.cmds...)
 	clear(ln.cmds)
 	ln.cmds = ln.cmds[:0]
 	_, _ = ln.pipe.Exec(ctx) // each cmd holds its own error
+	if wait != nil {
+		setAcked(batch, wait)
+	}
 
 	// A second resend: FCALLs sent after a FUNCTION LOAD that the master
 	// refused go as EVAL.
@@ -927,7 +1039,7 @@ func (ln *lane) send(batch []*call) (resent bool) {
 func (ln *lane) resend(ctx context.Context, batch []*call) bool {
 	p := ln.p
 	var load *redis.StatusCmd
-	sent := false
+	var resent []*call
 	for _, c := range batch {
 		if noFunction(c.cmd.Err()) && p.fnState.Load() == fnOn {
 			if load == nil {
@@ -936,16 +1048,25 @@ func (ln *lane) resend(ctx context.Context, batch []*call) bool {
 			}
 			c.cmd = newCmd(ctx, c.cmd.Args())
 			_ = ln.pipe.Process(ctx, c.cmd)
-			sent = true
+			resent = append(resent, c)
 		} else if p.asScript(c.cmd) {
 			c.cmd = c.script.Eval(ctx, ln.pipe, c.keys.Names, c.args...) // queued
-			sent = true
+			resent = append(resent, c)
 		}
 	}
-	if !sent {
+	if resent == nil {
 		return false
 	}
+	// The calls sent again write only now, maybe on another connection:
+	// a WAIT of their own covers them.
+	wait := p.batchWait(ctx, resent)
+	if wait != nil {
+		_ = ln.pipe.Process(ctx, wait)
+	}
 	_, _ = ln.pipe.Exec(ctx)
+	if wait != nil {
+		setAcked(resent, wait)
+	}
 	if load != nil {
 		_ = p.loaded(load.Err(), false)
 	}

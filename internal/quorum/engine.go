@@ -57,6 +57,24 @@ type Identity interface {
 	Last() string
 }
 
+// Durability is an Identity that tells what an agreement of its master
+// needs to outlive the failure of its server. Sentinel or a restart may
+// replace the server by one that lacks the agreement's write.
+type Durability interface {
+	// Replicas returns how many replicas the server had when last
+	// identified; 0 where none or unknown. A round's call, unless Must,
+	// is then followed by WAIT for them. Its agreement counts only once
+	// they all acknowledged it.
+	Replicas() int
+	// Unreplicated is the verdict on an agreement that only acked of
+	// the server's replicas acknowledged in time.
+	Unreplicated(acked, replicas int) error
+	// Quarantine returns why an agreement to a Grants round must not
+	// count, or nil. The master reached a new server lately. That server
+	// may lack what would have refused the round.
+	Quarantine() error
+}
+
 // Work counts the calls that closing waits for.
 type Work interface {
 	// Enter counts n calls, unless closed: then it reports false.
@@ -74,8 +92,9 @@ type Work interface {
 // Engine runs the rounds of one set of masters. It is safe for
 // concurrent use. Each cleaner and each timeouts queue has its own mutex.
 type Engine struct {
-	cfg      Config   // set by New, then never changed
-	masters  []Master // set by New, then never changed
+	cfg      Config       // set by New, then never changed
+	masters  []Master     // set by New, then never changed
+	durable  []Durability // masters' IDs that are one, else nil; set by New
 	cleaners []cleaner
 	health   *health // which masters a round does not wait for
 
@@ -88,6 +107,10 @@ type Engine struct {
 func New(cfg Config, masters []Master) *Engine {
 	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters))}
 	e.health = newHealth(masters, cfg.Quorum, cfg.MasterTimeout)
+	e.durable = make([]Durability, len(masters))
+	for i, m := range masters {
+		e.durable[i], _ = m.ID.(Durability)
+	}
 	e.decisions.after = cfg.MasterTimeout
 	e.calls.after = LateCallFactor * cfg.MasterTimeout
 	return e

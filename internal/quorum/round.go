@@ -45,6 +45,7 @@ type round struct {
 	start    time.Time      // set with Config.Timed only
 	deadline time.Time      // of the decision: an answer after it is not in time
 	silent   uint64         // the masters silent when the round began: not waited for
+	waitEnd  time.Time      // when WAIT gives up: see Do
 	failed   bool           // set by the decider before decide
 	finished chan int       // masters done with their undo; set for a failed round with Undo
 	running  atomic.Int32   // calls not done with: answered, settled, goroutines ended
@@ -72,8 +73,10 @@ type slot struct {
 	Answer
 	server string // the master's server, "" if unknown
 	// verdict is why an agreement does not count. The server is a
-	// replica, could not be identified, or counted already.
+	// replica, could not be identified, or counted already. Or a
+	// failover could lose the write (see slot.durable).
 	verdict error
+	acked   int           // the replicas that acknowledged the call's write (WAIT)
 	read    bool          // the decider saw this reply before deciding, or awaitUndo after
 	missed  bool          // the deadline decided without it; guarded by round.mu
 	skipped bool          // its pipeline skipped the call: 0 is no reply
@@ -131,6 +134,9 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	if e.cfg.Timed {
 		r.start = res.Start
 	}
+	// WAIT gives up a quarter of MasterTimeout before the deadline. So
+	// its shortfall is told before the decision, not taken for silence.
+	r.waitEnd = res.Start.Add(e.cfg.MasterTimeout * 3 / 4)
 	// Calls may finish after the decision, so they get longer than it.
 	// The caller's cancellation ends only the decision. A call cut off
 	// mid-reply costs the pool its connection. An undo sent on another
@@ -247,9 +253,9 @@ func (r *round) withdraw(elapsed time.Duration) {
 	}
 }
 
-// awaitUndo waits until every master whose agreement the decider saw has
-// made its first try to undo it. That try is bounded by MasterTimeout.
-// Their keys surely exist, and the caller's next attempt must not find
+// awaitUndo waits until every master whose agreement the decider saw,
+// counted or not, has made its first try to undo it. That try is bounded
+// by MasterTimeout. Their keys surely exist, and the caller's next attempt must not find
 // them. It also waits for the masters that have not answered, and their
 // undo, until grace fires. Most answer about as fast as the others did. A
 // late agreement not yet undone would make the next attempts fail in
@@ -258,7 +264,7 @@ func (r *round) withdraw(elapsed time.Duration) {
 func (r *round) awaitUndo(grace <-chan time.Time) {
 	known := 0
 	for i := range r.slots {
-		if r.slots[i].read && r.slots[i].agreed() {
+		if r.slots[i].read && r.slots[i].Applied() {
 			known++
 		}
 	}
@@ -267,7 +273,7 @@ func (r *round) awaitUndo(grace <-chan time.Time) {
 		case i := <-r.finished:
 			left--
 			s := &r.slots[i]
-			if s.read && s.agreed() {
+			if s.read && s.Applied() {
 				known--
 			}
 			s.late = !s.read
@@ -307,6 +313,13 @@ func (r *round) send(i int) {
 	case sp.Send.Withdraw:
 		opts.Group, opts.Unsent = &r.group, sp.Send.Unsent
 	}
+	// A write a failover may lose waits for the replicas. A Must call's
+	// agreement only tells what is reported: it need not.
+	if d := r.e.durable[i]; d != nil && !sp.Send.Must {
+		if n := d.Replicas(); n > 0 {
+			opts.Wait, opts.WaitUntil = n, r.waitEnd
+		}
+	}
 	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
 }
 
@@ -343,12 +356,36 @@ func (s *slot) Complete(v int64, err error) {
 			go func() {
 				pprof.SetGoroutineLabels(r.ctx)
 				s.server, s.verdict = id.Admit(r.ctx)
+				s.durable()
 				r.answered(i)
 			}()
 			return
 		}
+		s.durable()
 	}
 	r.answered(i)
+}
+
+// Replicated takes the answer of the WAIT that followed the slot's call.
+// It runs before Complete, on the same goroutine.
+func (s *slot) Replicated(acked int) { s.acked = acked }
+
+// durable sets the verdict on an agreement that a failure of its server
+// could lose. Its write has not reached every replica the server has. Or
+// the round grants, and the master reached a new server lately. Masters
+// without replicas pay nothing: no WAIT was sent, and none is needed.
+func (s *slot) durable() {
+	d := s.r.e.durable[s.i]
+	if d == nil || s.verdict != nil {
+		return
+	}
+	if n := d.Replicas(); s.acked < n {
+		s.verdict = d.Unreplicated(s.acked, n)
+		return
+	}
+	if s.r.spec.Grants {
+		s.verdict = d.Quarantine()
+	}
 }
 
 // answered counts master i's answer, unless the count has closed. It

@@ -26,6 +26,11 @@ type Spec struct {
 	TTL time.Duration
 	// Within, if > 0, is the latest the round may be decided.
 	Within time.Duration
+	// Grants: the script may agree where the master holds nothing, and
+	// create what it grants. A master in quarantine (see Durability) may
+	// have lost what would have refused it, so its agreement does not
+	// count.
+	Grants bool
 	Policy Policy // nil: none
 }
 
@@ -33,7 +38,8 @@ type Spec struct {
 type Send struct {
 	// Must: a call is never shed nor dropped. It is sent even if the
 	// caller's context has ended. Its agreements are not held up to
-	// identify the server: the identity last learned counts instead.
+	// identify the server: the identity last learned counts instead. Nor
+	// does it wait for replicas (see Durability).
 	Must bool
 	// Skip, with Must, is asked whether master i needs the call at all.
 	Skip pipeline.Skipper

@@ -376,6 +376,26 @@ func (r *report) write(w io.Writer) {
 	}
 	p("\n")
 
+	// Replicated masters.
+	p("## Replicated masters\n\n")
+	p("Five masters without replicas, and five others with one replica each: there every acquire, re-entry and extend waits (`WAIT`, pipelined right behind its script) until the replica took the write. ")
+	p("One lock+unlock pair per op on fresh keys; g=1: one goroutine, percentiles of the pair; g=16: sixteen. server cmds/op counts the masters' commands, the replicas' REPLCONF ACKs included.\n\n")
+	p("| Replicas | Goroutines | p50 | p99 | ns/op | ops/s | allocs/op | client CPU µs/op | server cmds/op |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, g := range []int{1, 16} {
+		for _, replicas := range []int{0, 1} {
+			n := fmt.Sprintf("Replicated/replicas=%d/g=%d", replicas, g)
+			p50, p99, ops := "-", "-", "-"
+			if g == 1 {
+				p50, p99 = fmtDur(res.med(n, "p50-ns")), fmtDur(res.med(n, "p99-ns"))
+			} else {
+				ops = fmtNum(res.med(n, "ops/s"), 0)
+			}
+			p("| %d | %d | %s | %s | %s | %s | %s | %s | %s |\n", replicas, g, p50, p99, fmtDur(res.med(n, "ns/op")), ops,
+				fmtNum(res.med(n, "allocs/op"), 0), fmtNum(res.med(n, "cli-cpu-us/op"), 0), fmtNum(res.med(n, "srv-cmds/op"), 1))
+		}
+	}
+	p("\n")
+
 	r.writeCommands(w)
 
 	if pr := r.profile; pr != nil {

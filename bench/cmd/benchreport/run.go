@@ -31,6 +31,7 @@ func suites(count int, benchtime string) []suite {
 		{"BenchmarkSlowMaster", "2s", count},
 		{"BenchmarkStoppedMaster", benchtime, count},
 		{"BenchmarkMasters", benchtime, count},
+		{"BenchmarkReplicated", benchtime, count},
 		// Command counts barely vary: one repetition, few iterations.
 		{"BenchmarkCommands", "300x", 1},
 	}

@@ -1,0 +1,206 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/internal/quorum"
+)
+
+// durableID is a master's identity with replicas and a quarantine the
+// test sets. A fake master sends no WAIT: no replica ever acknowledges.
+type durableID struct {
+	replicas    atomic.Int32
+	quarantined atomic.Bool
+}
+
+func (d *durableID) Known() (string, error, bool)          { return "", nil, true }
+func (d *durableID) Admit(context.Context) (string, error) { return "", nil }
+func (d *durableID) Last() string                          { return "" }
+func (d *durableID) Replicas() int                         { return int(d.replicas.Load()) }
+func (d *durableID) Unreplicated(acked, replicas int) error {
+	return fmt.Errorf("%w (%d of %d)", ErrNotReplicated, acked, replicas)
+}
+
+func (d *durableID) Quarantine() error {
+	if d.quarantined.Load() {
+		return ErrQuarantined
+	}
+	return nil
+}
+
+// durableClient is a Client of fake masters whose identities are ids.
+func durableClient(t *testing.T, fs []*fakeMaster) (*Client, []*durableID) {
+	t.Helper()
+	c := newFakeClient(t, fs, &Options{MasterTimeout: time.Second})
+	ids := make([]*durableID, len(fs))
+	ms := make([]quorum.Master, len(fs))
+	for i := range fs {
+		ids[i] = &durableID{}
+		ms[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe, ID: ids[i]}
+	}
+	c.engine = quorum.New(quorum.Config{
+		Quorum:        c.quorum,
+		MasterTimeout: c.masterTimeout,
+		DriftFactor:   c.driftFactor,
+		Work:          &c.gate,
+	}, ms)
+	return c, ids
+}
+
+// TestUnreplicatedAgreementDoesNotCount: a master with replicas whose
+// write no replica acknowledged agreed, but does not count. Its error
+// says so, distinct from a refusal. The failed acquire is undone there.
+// An extend that too few masters count leaves the lock held: it is not
+// proof of loss.
+func TestUnreplicatedAgreementDoesNotCount(t *testing.T) {
+	fs := fakes(3)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+
+	ids[0].replicas.Store(1)
+	fs[1].set("{k}", "other")
+	_, err := c.Acquire(ctx, "k", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.False(t, qe.Masters[0].Agreed)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated, "%v", qe.Masters[0].Err)
+	assert.Contains(t, qe.Error(), "1 did not count")
+	_, held := fs[0].get("{k}")
+	assert.False(t, held, "undone on the master that agreed")
+
+	ids[0].replicas.Store(0)
+	l, err := c.Acquire(ctx, "j", 10*time.Second)
+	require.NoError(t, err)
+	ids[0].replicas.Store(1)
+	ids[1].replicas.Store(1)
+	err = l.Extend(ctx, 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, err, ErrNoQuorum, "unreplicated is no refusal: the lock may be held")
+	assert.NotErrorIs(t, err, ErrNotHeld)
+	assert.True(t, l.Held())
+	ids[0].replicas.Store(0)
+	ids[1].replicas.Store(0)
+	require.NoError(t, l.Extend(ctx, 10*time.Second))
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestQuarantineRefusesOnlyNewLocks: a master in quarantine counts
+// toward no new lock. An extend and a re-entry, which need the lock held
+// there, still count it: they cannot agree on a master that lost it.
+func TestQuarantineRefusesOnlyNewLocks(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+
+	l, err := c.AcquireAs(ctx, "held", "owner", 10*time.Second)
+	require.NoError(t, err)
+	ids[0].quarantined.Store(true)
+	require.NoError(t, l.Extend(ctx, 10*time.Second), "an extend counts it")
+	require.NoError(t, l.Reenter(ctx), "a re-entry counts it")
+
+	_, err = c.Acquire(ctx, "new", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrQuarantined)
+	_, held := fs[0].get("{new}")
+	assert.False(t, held, "undone")
+
+	ids[0].quarantined.Store(false)
+	l2, err := c.Acquire(ctx, "new", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l2.Release(ctx))
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestQuarantineAfterARestartSeen: a master restarted with a new run_id,
+// which the client saw, counts toward no new lock until the longest TTL
+// the client asked for has passed.
+func TestQuarantineAfterARestartSeen(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	c, err := New(cl.Clients(), &Options{MasterTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	ctx := t.Context()
+	const ttl = 3 * time.Second
+
+	l, err := c.Acquire(ctx, "k", ttl)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, cl.Masters[0].Restart(ctx))
+	seen := time.Now()
+
+	// The first attempt may meet the connection the restart closed.
+	var qe *QuorumError
+	for attempt := 0; ; attempt++ {
+		_, err = c.Acquire(ctx, "k", ttl)
+		require.ErrorAs(t, err, &qe)
+		if errors.Is(qe.Masters[0].Err, ErrQuarantined) || attempt == 3 {
+			break
+		}
+	}
+	require.ErrorIs(t, qe.Masters[0].Err, ErrQuarantined, "%v", err)
+	assert.Contains(t, err.Error(), "run_id")
+
+	time.Sleep(ttl - time.Since(seen) + 50*time.Millisecond)
+	l, err = c.Acquire(ctx, "k", ttl)
+	require.NoError(t, err, "after the longest TTL the master counts again")
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestWaitOnARealReplica: a master with a replica counts once the
+// replica acknowledged the write. With the replica paused, its
+// agreement does not count (ErrNotReplicated), and the acquire is undone.
+func TestWaitOnARealReplica(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	_, port, err := net.SplitHostPort(cl.Masters[0].Addr())
+	require.NoError(t, err)
+	rs := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--replicaof", "127.0.0.1", port}})
+	ctx := t.Context()
+	replica := rs.Masters[0]
+	t.Cleanup(func() { _ = replica.Resume(context.Background()) })
+	require.Eventually(t, func() bool {
+		info, err := rs.Admin(0).Info(ctx, "replication").Result()
+		return err == nil && infoField(info, "master_link_status") == "up"
+	}, 10*time.Second, 10*time.Millisecond)
+
+	// WAIT blocks for most of MasterTimeout: reads must wait that long.
+	opt := harness.MasterOptions(cl.Masters[0].Addr())
+	opt.ReadTimeout = 10 * time.Second
+	rc := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rc.Close() })
+	// No fencing: a release leaves no counter behind.
+	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	l, err := c.Acquire(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.nodes[0].id.Replicas())
+	v, err := rs.Admin(0).Get(ctx, "{k}").Result()
+	require.NoError(t, err, "granted once the replica had it")
+	assert.Contains(t, v, l.Value())
+	require.NoError(t, l.Extend(ctx, 10*time.Second))
+	require.NoError(t, l.Release(ctx))
+
+	require.NoError(t, replica.Pause(ctx))
+	_, err = c.Acquire(ctx, "j", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated, "%v", err)
+	assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged")
+	n, err := cl.Admin(0).Exists(ctx, "{j}").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "undone before Acquire returned")
+}
