@@ -126,8 +126,11 @@ func (h *health) missed(i int) {
 // answered reports whether err, a call's outcome, came from the master.
 // A reply did, even an error reply.
 func answered(err error) bool {
+	if err == nil {
+		return true // before the As: its target escapes to the heap
+	}
 	var reply redis.Error
-	return err == nil || errors.As(err, &reply)
+	return errors.As(err, &reply)
 }
 
 // probeLoop asks master i every h.every until it answers, or it is no
