@@ -14,9 +14,10 @@ import (
 	"github.com/go-redlock/redlock/internal/pipeline"
 )
 
-// SilentAfter is how many calls in a row must get no answer in time
-// before a master counts as silent. One stall is a hiccup; three are a
-// master that stopped answering.
+// SilentAfter is how many stalls in a row make a master silent. A stall
+// is a miss: a call that got no answer in time. The rounds in flight
+// when a miss is counted ended in the same stall: it counts once. One
+// stall is a hiccup; three are a master that stopped answering.
 const SilentAfter = 3
 
 // Bounds of the wait between two probes of a silent master. It is
@@ -59,19 +60,23 @@ type health struct {
 	misses []atomic.Int32
 	silent atomic.Uint64 // bit i: master i is silent; written under mu
 
-	mu      sync.Mutex     // guards the fields below, and the writes above
-	probing uint64         // bit i: master i's probe goroutine runs
-	stopped bool           // stop was called: no probe starts
-	probes  sync.WaitGroup // the probe goroutines; Add under mu
+	mu sync.Mutex // guards the fields below, and the writes above
+	// lastMiss[i] is when master i's last miss was counted. A round that
+	// began before it was in flight during that stall.
+	lastMiss []time.Time
+	probing  uint64         // bit i: master i's probe goroutine runs
+	stopped  bool           // stop was called: no probe starts
+	probes   sync.WaitGroup // the probe goroutines; Add under mu
 }
 
 // newHealth returns the health of masters, a quorum of which must agree.
 // A probe asks master i with ms[i].Client.
 func newHealth(ms []Master, quorum int, masterTimeout time.Duration) *health {
 	h := &health{
-		limit:  max(len(ms)-quorum, 0),
-		every:  min(max(masterTimeout, minProbeEvery), maxProbeEvery),
-		misses: make([]atomic.Int32, len(ms)),
+		limit:    max(len(ms)-quorum, 0),
+		every:    min(max(masterTimeout, minProbeEvery), maxProbeEvery),
+		misses:   make([]atomic.Int32, len(ms)),
+		lastMiss: make([]time.Time, len(ms)),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.probe = func(ctx context.Context, i int) error {
@@ -100,12 +105,19 @@ func (h *health) heard(i int) {
 	h.mu.Unlock()
 }
 
-// missed records that a call to master i got no answer in time. After
-// SilentAfter in a row, the master is silent, unless limit masters are
-// silent already. A master marked silent gets a probe goroutine.
-func (h *health) missed(i int) {
+// missed records that a call to master i, of a round that began then,
+// got no answer in time. Only the first miss of a stall counts: a round
+// that began before the last miss counted was in flight during it. After
+// SilentAfter stalls in a row, the master is silent, unless limit
+// masters are silent already. A master marked silent gets a probe
+// goroutine.
+func (h *health) missed(i int, began time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if began.Before(h.lastMiss[i]) {
+		return // the stall counted already
+	}
+	h.lastMiss[i] = time.Now()
 	n := h.misses[i].Load()
 	if n < SilentAfter { // the count stops there: it only marks
 		n = h.misses[i].Add(1)

@@ -56,17 +56,17 @@ func probesEnded(h *health) <-chan struct{} {
 func TestSilentAfterMissesInARow(t *testing.T) {
 	h := testHealth(t, blockedProbe)
 	for range SilentAfter - 1 {
-		h.missed(1)
+		h.missed(1, time.Now())
 	}
 	h.heard(1)
 	for range SilentAfter - 1 {
-		h.missed(1)
+		h.missed(1, time.Now())
 	}
 	assert.False(t, h.isSilent(1), "an answer came between the misses")
-	h.missed(1)
+	h.missed(1, time.Now())
 	assert.True(t, h.isSilent(1))
 	assert.Equal(t, uint64(1<<1), h.silentSet())
-	h.missed(1) // silent already: nothing changes
+	h.missed(1, time.Now()) // silent already: nothing changes
 	assert.Equal(t, uint64(1<<1), h.silentSet())
 }
 
@@ -76,19 +76,19 @@ func TestAtMostMastersMinusQuorumSilent(t *testing.T) {
 	h := testHealth(t, blockedProbe)
 	for i := range 5 {
 		for range SilentAfter {
-			h.missed(i)
+			h.missed(i, time.Now())
 		}
 	}
 	assert.Equal(t, uint64(0b11), h.silentSet(), "the first two only: 5 masters, quorum 3")
 	h.heard(0)
 	assert.Equal(t, uint64(0b10), h.silentSet())
-	h.missed(4) // its misses went on: it takes the free place
+	h.missed(4, time.Now()) // its misses went on: it takes the free place
 	assert.Equal(t, uint64(0b10010), h.silentSet())
 
 	one := newHealth(make([]Master, 3), 3, time.Millisecond)
 	defer one.stop()
 	for range 2 * SilentAfter {
-		one.missed(0)
+		one.missed(0, time.Now())
 	}
 	assert.Zero(t, one.silentSet(), "a quorum of all masters: none may be silent")
 }
@@ -107,7 +107,7 @@ func TestSilentMasterBackByProbe(t *testing.T) {
 		return <-replies
 	})
 	for range SilentAfter {
-		h.missed(2)
+		h.missed(2, time.Now())
 	}
 	require.True(t, h.isSilent(2))
 	for _, reply := range []error{context.DeadlineExceeded, errors.New("dial tcp: connection refused")} {
@@ -146,7 +146,7 @@ func recv[T any](t *testing.T, c <-chan T) T {
 func TestSilentMasterBackByAnswer(t *testing.T) {
 	h := testHealth(t, blockedProbe)
 	for range SilentAfter {
-		h.missed(0)
+		h.missed(0, time.Now())
 	}
 	require.True(t, h.isSilent(0))
 	h.heard(0)
@@ -160,7 +160,7 @@ func TestStopEndsProbes(t *testing.T) {
 	h := newHealth(make([]Master, 5), 3, time.Millisecond)
 	h.probe = blockedProbe
 	for range SilentAfter {
-		h.missed(0)
+		h.missed(0, time.Now())
 	}
 	require.True(t, h.isSilent(0))
 	stopped := make(chan struct{})
@@ -170,7 +170,7 @@ func TestStopEndsProbes(t *testing.T) {
 	}()
 	within(t, stopped, "stop")
 	for range SilentAfter {
-		h.missed(1)
+		h.missed(1, time.Now())
 	}
 	assert.False(t, h.isSilent(1), "nothing is marked after stop")
 	assert.Zero(t, h.probing)
@@ -389,4 +389,73 @@ func expireAll(t *timeouts) {
 	for _, e := range due {
 		e.expire()
 	}
+}
+
+// testEngine returns an Engine of fakes, three of which make a quorum.
+// Its master timeout is an hour: a round that waits for a stalled master
+// hangs until the test expires it (expireAll). Its Stop and the
+// pipelines' Close run at cleanup.
+func testEngine(t *testing.T, fakes []*fakeMaster) *Engine {
+	masters := make([]Master, len(fakes))
+	for i, f := range fakes {
+		masters[i] = Master{Client: f, Pipe: pipeline.New(f, time.Hour, 1)}
+	}
+	e := New(Config{Quorum: 3, MasterTimeout: time.Hour, Work: newWork()}, masters)
+	e.health.every = time.Millisecond
+	t.Cleanup(func() {
+		for _, m := range masters {
+			m.Pipe.Close()
+		}
+		e.Stop()
+	})
+	return e
+}
+
+// The misses of rounds that began before the last miss counted are one
+// stall: they count once.
+func TestMissesOfOneStallCountOnce(t *testing.T) {
+	h := testHealth(t, blockedProbe)
+	began := time.Now()
+	for range SilentAfter {
+		h.missed(0, began)
+	}
+	assert.Equal(t, int32(1), h.misses[0].Load(), "rounds in flight during one stall")
+	assert.False(t, h.isSilent(0))
+	for range SilentAfter - 1 {
+		h.missed(0, time.Now()) // each began after the last miss
+	}
+	assert.True(t, h.isSilent(0), "silent after %d stalls", SilentAfter)
+}
+
+// SilentAfter concurrent rounds that one stall of master 0 hits miss it
+// once. Before the fix each counted: the master was silent at once.
+func TestConcurrentRoundsInOneStallMissOnce(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := testEngine(t, fakes)
+	fakes[0].stall()
+	defer fakes[0].resume()
+	var wg sync.WaitGroup
+	var dones []chan struct{}
+	for k := range SilentAfter {
+		c := &countAnswers{want: 4, done: make(chan struct{})}
+		dones = append(dones, c.done)
+		spec := &Spec{
+			Script: redis.NewScript("return 1"),
+			Keys:   pipeline.NewKeys(string(rune('a' + k))),
+			Send:   Send{Withdraw: true},
+			Policy: c,
+		}
+		wg.Go(func() {
+			res, err := e.Do(context.Background(), spec)
+			assert.NoError(t, err)
+			assert.True(t, res.TimedOut, "the round waited for master 0")
+		})
+	}
+	for _, d := range dones {
+		within(t, d, "the four other masters answer")
+	}
+	expireAll(&e.decisions) // one deadline for all: one stall
+	wg.Wait()
+	assert.Equal(t, int32(1), e.health.misses[0].Load())
+	assert.False(t, e.health.isSilent(0), "one stall made master 0 silent")
 }

@@ -42,7 +42,7 @@ type round struct {
 	slots    []slot
 	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
 	group    pipeline.Group // its withdrawable calls
-	start    time.Time      // set with Config.Timed only
+	start    time.Time      // when the calls went out
 	deadline time.Time      // of the decision: an answer after it is not in time
 	silent   uint64         // the masters silent when the round began: not waited for
 	waitEnd  time.Time      // when WAIT gives up: see Do
@@ -131,9 +131,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 		return res, nil // nothing sent
 	}
 	res.Start = time.Now()
-	if e.cfg.Timed {
-		r.start = res.Start
-	}
+	r.start = res.Start
 	// WAIT gives up a quarter of MasterTimeout before the deadline. So
 	// its shortfall is told before the decision, not taken for silence.
 	r.waitEnd = res.Start.Add(e.cfg.MasterTimeout * 3 / 4)
@@ -167,7 +165,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	missed := r.missedLocked(res.TimedOut)
 	r.mu.Unlock()
 	for ; missed != 0; missed &= missed - 1 {
-		e.health.missed(bits.TrailingZeros64(missed))
+		e.health.missed(bits.TrailingZeros64(missed), r.start)
 	}
 	res.Elapsed = time.Since(res.Start)
 
@@ -337,7 +335,7 @@ func (s *slot) Complete(v int64, err error) {
 	if u := sp.Send.Unsent; u != nil && errors.Is(err, pipeline.ErrNotSent) {
 		u.Or(1 << i)
 	}
-	if !r.start.IsZero() {
+	if r.e.cfg.Timed {
 		s.latency = time.Since(r.start)
 	}
 	id := r.e.masters[i].ID
@@ -411,7 +409,7 @@ func (r *round) answered(i int) {
 	r.mu.Unlock()
 	switch h := r.e.health; {
 	case miss:
-		h.missed(i)
+		h.missed(i, r.start)
 	case heard && h.misses[i].Load() != 0 && time.Now().Before(r.deadline):
 		h.heard(i) // the master answers in time again
 	}
