@@ -64,10 +64,11 @@ var (
 	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
 
 	// ErrMasterSilent is a master's error in a QuorumError when the round
-	// did not wait for it. The master had stopped answering: three calls
-	// in a row got no answer within MasterTimeout. Rounds then decide
-	// without it, and acquires are not sent to it, until it answers a
-	// probe or a call. It never counts as agreeing. It matches ErrNoReply.
+	// did not wait for it. The master had stopped answering: three stalls
+	// in a row, calls without an answer within MasterTimeout. Rounds then
+	// decide without it, and acquires are not sent to it but for a canary
+	// per MasterTimeout, until it answers a call in time. It never counts
+	// as agreeing. It matches ErrNoReply.
 	ErrMasterSilent = fmt.Errorf("%w: master silent, not waited for", ErrNoReply)
 )
 

@@ -104,8 +104,8 @@ const MinStragglerWait = 250 * time.Microsecond
 // quorum has agreed or can no longer agree. That is at the latest
 // MasterTimeout after the round starts, or when ctx ends. A silent
 // master counts as unable to agree until it answers. A call that may be
-// shed is not sent to it (ErrSilent). Calls still
-// running then go on in the background. Each is bounded by
+// shed is not sent to it (ErrSilent), but for a canary now and then (see
+// health). Calls still running then go on in the background. Each is bounded by
 // LateCallFactor*MasterTimeout and never cut off by ctx. So a release
 // still reaches slow masters.
 //
@@ -298,9 +298,11 @@ func (r *round) heardReply() bool {
 func (r *round) send(i int) {
 	sp, s := r.spec, &r.slots[i]
 	s.r, s.i = r, i
-	if !sp.Send.Must && r.silent&(1<<i) != 0 {
+	if !sp.Send.Must && r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
 		// Keeping back a call that may be shed is always safe. A silent
-		// master would only pile it up.
+		// master would only pile it up. The canary that goes instead,
+		// once per interval, is an ordinary call: the round just does
+		// not wait for it.
 		s.Complete(0, ErrSilent)
 		return
 	}
