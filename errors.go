@@ -69,8 +69,17 @@ var (
 	// decide without it, and acquires are not sent to it but for a canary
 	// per MasterTimeout, until it answers a call in time. It never counts
 	// as agreeing. It matches ErrNoReply.
-	ErrMasterSilent = fmt.Errorf("%w: master silent, not waited for", ErrNoReply)
+	ErrMasterSilent error = silentError{}
 )
+
+// silentError is ErrMasterSilent. It says once why the master told
+// nothing, and still matches ErrNoReply: %w would repeat its text.
+type silentError struct{}
+
+func (silentError) Error() string { return "redlock: master silent: not asked, or not waited for" }
+
+// Is matches ErrNoReply: a silent master gave the round no reply.
+func (silentError) Is(target error) bool { return target == ErrNoReply }
 
 // MasterResult is one master's part in a quorum round.
 type MasterResult struct {
