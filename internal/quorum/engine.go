@@ -96,7 +96,9 @@ type Engine struct {
 	masters  []Master     // set by New, then never changed
 	durable  []Durability // masters' IDs that are one, else nil; set by New
 	cleaners []cleaner
-	health   *health // which masters a round does not wait for
+	// health tells which masters a round does not wait for. Set by New,
+	// then never changed; health itself is safe for concurrent use.
+	health *health
 
 	// The deadlines of rounds: decisions after MasterTimeout, calls
 	// after LateCallFactor times that.

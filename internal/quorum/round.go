@@ -57,11 +57,8 @@ type round struct {
 	mixed   bool       // those replies were not all equal
 	closed  bool       // the count is closed: later answers are late
 	expired bool       // the deadline came
-	// silentLeft counts the silent masters not counted yet. They may
-	// still agree, but the decision does not wait for them.
-	silentLeft int
-	decided    bool   // the decider has set failed
-	waiting    uint64 // masters that answered before the decision, to settle after it
+	decided bool       // the decider has set failed
+	waiting uint64     // masters that answered before the decision, to settle after it
 }
 
 // slot is one master's part of a round, and the pipeline.Completion of
@@ -76,10 +73,15 @@ type slot struct {
 	// replica, could not be identified, or counted already. Or a
 	// failover could lose the write (see slot.durable).
 	verdict error
-	acked   int           // the replicas that acknowledged the call's write (WAIT)
-	read    bool          // the decider saw this reply before deciding, or awaitUndo after
-	missed  bool          // the deadline decided without it; guarded by round.mu
-	skipped bool          // its pipeline skipped the call: 0 is no reply
+	acked   int // the replicas that acknowledged the call's write (WAIT)
+	// read: the decider saw this reply before deciding, or awaitUndo
+	// after. Guarded by round.mu until the count closed; the decider's
+	// after that.
+	read   bool
+	missed bool // the deadline decided without it; guarded by round.mu
+	// skipped: its pipeline skipped the call, 0 is no reply. Skipped
+	// sets it before Complete, on its goroutine; only what follows reads.
+	skipped bool
 	late    bool          // read by awaitUndo: it did not count toward the decision
 	latency time.Duration // from the round's start to the reply; with Config.Timed only
 }
@@ -144,7 +146,6 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	deadline, decision := e.decisions.add(r) // wakes the decider at the deadline
 	r.deadline = deadline
 	r.silent = e.health.silentSet()
-	r.silentLeft = bits.OnesCount64(r.silent)
 	r.running.Store(int32(n))
 	for i := range e.masters {
 		r.send(i)
@@ -429,9 +430,6 @@ func (r *round) answered(i int) {
 func (r *round) tallyLocked(i int) {
 	s := &r.slots[i]
 	s.read = true
-	if r.silent&(1<<i) != 0 {
-		r.silentLeft--
-	}
 	if s.agreed() && s.server != "" {
 		// One server counts once: the first of its masters to agree. A
 		// master that refused does not stand for its server. The server
@@ -459,7 +457,20 @@ func (r *round) tallyLocked(i int) {
 // not answered may still agree, but is not waited for. r.mu must be held.
 func (r *round) undecidedLocked() bool {
 	q := r.e.cfg.Quorum
-	return r.agreed < q && len(r.slots)-r.refused-r.silentLeft >= q
+	return r.agreed < q && len(r.slots)-r.refused-r.silentLeftLocked() >= q
+}
+
+// silentLeftLocked counts the silent masters not counted yet. They may
+// still agree, but the decision does not wait for them. r.mu must be
+// held.
+func (r *round) silentLeftLocked() int {
+	n := 0
+	for set := r.silent; set != 0; set &= set - 1 {
+		if !r.slots[bits.TrailingZeros64(set)].read {
+			n++
+		}
+	}
+	return n
 }
 
 // decide ends the round's decision; failed is set. It settles the calls
