@@ -64,12 +64,22 @@ var (
 	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
 
 	// ErrMasterSilent is a master's error in a QuorumError when the round
-	// did not wait for it. The master had stopped answering: three calls
-	// in a row got no answer within MasterTimeout. Rounds then decide
-	// without it, and acquires are not sent to it, until it answers a
-	// probe or a call. It never counts as agreeing. It matches ErrNoReply.
-	ErrMasterSilent = fmt.Errorf("%w: master silent, not waited for", ErrNoReply)
+	// did not wait for it. The master had stopped answering: three stalls
+	// in a row, calls without an answer within MasterTimeout. Rounds then
+	// decide without it, and acquires are not sent to it but for a canary
+	// per MasterTimeout, until it answers a call in time. It never counts
+	// as agreeing. It matches ErrNoReply.
+	ErrMasterSilent error = silentError{}
 )
+
+// silentError is ErrMasterSilent. It says once why the master told
+// nothing, and still matches ErrNoReply: %w would repeat its text.
+type silentError struct{}
+
+func (silentError) Error() string { return "redlock: master silent: not asked, or not waited for" }
+
+// Is matches ErrNoReply: a silent master gave the round no reply.
+func (silentError) Is(target error) bool { return target == ErrNoReply }
 
 // MasterResult is one master's part in a quorum round.
 type MasterResult struct {

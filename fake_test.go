@@ -152,24 +152,10 @@ func (f *fakeMaster) EvalShaRO(ctx context.Context, sha string, keys []string, a
 	panic("unused")
 }
 
-// ScriptExists answers the engine's probes of a silent master. It waits
-// while the master is blocked, until its context ends, and fails with
-// err. It counts in neither calls nor entered.
+// ScriptExists is never called: a silent master comes back by an
+// ordinary call (see internal/quorum's health).
 func (f *fakeMaster) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	f.mu.Lock()
-	gate, err := f.gate, f.err
-	f.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return redis.NewBoolSliceResult(nil, ctx.Err())
-		}
-	}
-	if err != nil {
-		return redis.NewBoolSliceResult(nil, err)
-	}
-	return redis.NewBoolSliceResult(make([]bool, len(hashes)), nil)
+	panic("unused")
 }
 
 func (f *fakeMaster) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {

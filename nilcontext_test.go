@@ -46,6 +46,8 @@ func TestNilContextIsRefusedBeforeAnythingChanges(t *testing.T) {
 
 	l, err := c.AcquireAs(ctx, "k", "owner", 10*time.Second)
 	require.NoError(t, err)
+	// Two masters decided the acquire: wait for the third's answer.
+	heldEverywhere(t, fs, 1)
 	for op, f := range map[string]func() error{
 		"reenter": func() error { return l.Reenter(nilCtx) },
 		"extend":  func() error { return l.Extend(nilCtx, 10*time.Second) },

@@ -319,3 +319,19 @@ func stall(t *testing.T, fs ...*fakeMaster) {
 		}
 	})
 }
+
+// ErrMasterSilent says once why the master told nothing, and still
+// matches ErrNoReply: a silent master gave the round no reply. Its call
+// may not even have been sent, so it does not say "no reply".
+func TestMasterSilentSaysWhyOnce(t *testing.T) {
+	assert.ErrorIs(t, ErrMasterSilent, ErrNoReply)
+	assert.ErrorIs(t, ErrMasterSilent, ErrMasterSilent)
+	assert.NotErrorIs(t, ErrNoReply, ErrMasterSilent)
+	assert.NotErrorIs(t, ErrMasterSilent, ErrMasterTimeout)
+	e := &QuorumError{
+		Op: "acquire", Key: "k", Quorum: 2, sentinel: ErrNotObtained,
+		Masters: []MasterResult{{Master: "m0", Err: ErrMasterSilent}, {Master: "m1", Agreed: true}, {Master: "m2", Err: ErrHeldElsewhere}},
+		Agreed:  1,
+	}
+	assert.Equal(t, `redlock: lock not obtained: acquire "k": 1 of 3 masters agreed, 2 needed, 1 refused, 1 gave no answer (m0: master silent: not asked, or not waited for; m2: held by another owner)`, e.Error())
+}

@@ -138,7 +138,11 @@ type Options struct {
 // results) and do nothing. Between operations a Client keeps, per master,
 // the goroutines that send its calls, waiting for the next ones. That is
 // one goroutine, or two for a client of one master. A client that cannot
-// pipeline keeps up to 16 that ran calls. Close ends them.
+// pipeline keeps up to 16 that ran calls. Close ends them. Besides them,
+// only live locks' renewals run, and work that ends by itself: cleanup
+// retries once their keys would have expired, a release subscription 2s
+// after its last waiter. A silent master is tried again by later calls,
+// not by a goroutine of its own.
 type Client struct {
 	config              // set by New, then never changed
 	nodes     []node    // set by New, then never changed

@@ -765,7 +765,7 @@ func BenchmarkStoppedMaster(b *testing.B) {
 					ls := make([]Locker, nclients)
 					for i := range ls {
 						ls[i] = newLocker(b, Redlock, clients)
-						defer ls[i].Close() // its probe of master 0 ends
+						defer ls[i].Close()
 					}
 					for _, l := range ls {
 						warm(b, l, g/nclients)

@@ -96,7 +96,9 @@ type Engine struct {
 	masters  []Master     // set by New, then never changed
 	durable  []Durability // masters' IDs that are one, else nil; set by New
 	cleaners []cleaner
-	health   *health // which masters a round does not wait for
+	// health tells which masters a round does not wait for. Set by New,
+	// then never changed; health itself is safe for concurrent use.
+	health *health
 
 	// The deadlines of rounds: decisions after MasterTimeout, calls
 	// after LateCallFactor times that.
@@ -106,7 +108,7 @@ type Engine struct {
 // New returns an Engine for masters.
 func New(cfg Config, masters []Master) *Engine {
 	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters))}
-	e.health = newHealth(masters, cfg.Quorum, cfg.MasterTimeout)
+	e.health = newHealth(len(masters), cfg.Quorum, cfg.MasterTimeout)
 	e.durable = make([]Durability, len(masters))
 	for i, m := range masters {
 		e.durable[i], _ = m.ID.(Durability)
@@ -117,10 +119,8 @@ func New(cfg Config, masters []Master) *Engine {
 }
 
 // Stop stops the deadline timers that ended rounds left armed. Nothing
-// then fires once the pipelines are closed. It ends the probes of silent
-// masters and waits for them: a probe in flight is cut off.
+// then fires once the pipelines are closed.
 func (e *Engine) Stop() {
-	e.health.stop()
 	e.decisions.stop()
 	e.calls.stop()
 }
@@ -165,7 +165,7 @@ type Result struct {
 	Verdict error // why its agreement does not count: see slot.verdict
 	// Silent: the master was silent when the round began, and gave no
 	// answer to it. The decision did not wait for it, or its call was
-	// not sent (Err is ErrSilent).
+	// not sent (Err is ErrSilent). A canary's failure is told as that.
 	Silent  bool
 	Latency time.Duration
 }
@@ -187,7 +187,7 @@ func (o Outcome) Master(i int) Result {
 		return Result{Silent: silent}
 	}
 	res := Result{Heard: true, Agreed: s.agreed(), Val: s.Val, Err: s.Err, Verdict: s.verdict, Latency: s.latency}
-	res.Silent = silent && errors.Is(s.Err, ErrSilent)
+	res.Silent = silent && !answered(s.Err)
 	if res.Agreed && s.late {
 		res.Agreed, res.Late = false, true
 	}

@@ -16,19 +16,8 @@ import (
 )
 
 // testHealth returns the health of five masters, three of which make a
-// quorum. Its probe asks probe, every millisecond.
-func testHealth(t *testing.T, probe func(ctx context.Context, i int) error) *health {
-	h := newHealth(make([]Master, 5), 3, time.Millisecond)
-	h.probe = probe
-	t.Cleanup(h.stop)
-	return h
-}
-
-// blockedProbe is a probe that waits for ctx: the master never answers.
-func blockedProbe(ctx context.Context, _ int) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
+// quorum.
+func testHealth() *health { return newHealth(5, 3, time.Millisecond) }
 
 // within fails the test unless done is closed within a generous bound.
 // The bound only keeps a broken test from hanging.
@@ -41,87 +30,45 @@ func within(t *testing.T, done <-chan struct{}, what string) {
 	}
 }
 
-// probesEnded returns a channel closed once h's probe goroutines ended.
-func probesEnded(h *health) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		h.probes.Wait()
-		close(done)
-	}()
-	return done
-}
-
 // A master is silent after SilentAfter misses in a row. An answer in
 // between starts the count again.
 func TestSilentAfterMissesInARow(t *testing.T) {
-	h := testHealth(t, blockedProbe)
+	h := testHealth()
 	for range SilentAfter - 1 {
-		h.missed(1)
+		h.missed(1, time.Now())
 	}
 	h.heard(1)
 	for range SilentAfter - 1 {
-		h.missed(1)
+		h.missed(1, time.Now())
 	}
 	assert.False(t, h.isSilent(1), "an answer came between the misses")
-	h.missed(1)
+	h.missed(1, time.Now())
 	assert.True(t, h.isSilent(1))
 	assert.Equal(t, uint64(1<<1), h.silentSet())
-	h.missed(1) // silent already: nothing changes
+	h.missed(1, time.Now()) // silent already: nothing changes
 	assert.Equal(t, uint64(1<<1), h.silentSet())
 }
 
 // At most masters - quorum masters are silent at once. So a round still
 // waits for enough masters to make a quorum when all are slow.
 func TestAtMostMastersMinusQuorumSilent(t *testing.T) {
-	h := testHealth(t, blockedProbe)
+	h := testHealth()
 	for i := range 5 {
 		for range SilentAfter {
-			h.missed(i)
+			h.missed(i, time.Now())
 		}
 	}
 	assert.Equal(t, uint64(0b11), h.silentSet(), "the first two only: 5 masters, quorum 3")
 	h.heard(0)
 	assert.Equal(t, uint64(0b10), h.silentSet())
-	h.missed(4) // its misses went on: it takes the free place
+	h.missed(4, time.Now()) // its misses went on: it takes the free place
 	assert.Equal(t, uint64(0b10010), h.silentSet())
 
-	one := newHealth(make([]Master, 3), 3, time.Millisecond)
-	defer one.stop()
+	one := newHealth(3, 3, time.Millisecond)
 	for range 2 * SilentAfter {
-		one.missed(0)
+		one.missed(0, time.Now())
 	}
 	assert.Zero(t, one.silentSet(), "a quorum of all masters: none may be silent")
-}
-
-// A silent master's probe asks it until it answers. Then it is healthy
-// again, and the probe ends. Asking fails until then.
-func TestSilentMasterBackByProbe(t *testing.T) {
-	asked := make(chan int)
-	replies := make(chan error)
-	h := testHealth(t, func(ctx context.Context, i int) error {
-		select {
-		case asked <- i:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		return <-replies
-	})
-	for range SilentAfter {
-		h.missed(2)
-	}
-	require.True(t, h.isSilent(2))
-	for _, reply := range []error{context.DeadlineExceeded, errors.New("dial tcp: connection refused")} {
-		i := recv(t, asked)
-		assert.Equal(t, 2, i)
-		replies <- reply
-	}
-	// Two probes failed, a third is asked: the master is still silent.
-	recv(t, asked)
-	assert.True(t, h.isSilent(2))
-	replies <- redis.Error(proto("ERR some error reply")) // an answer all the same
-	within(t, probesEnded(h), "the probe ends once answered")
-	assert.False(t, h.isSilent(2))
-	assert.Zero(t, h.misses[2].Load())
 }
 
 // proto is an error reply of the server.
@@ -142,43 +89,9 @@ func recv[T any](t *testing.T, c <-chan T) T {
 	}
 }
 
-// A silent master that answers a call is healthy again. Its probe ends.
-func TestSilentMasterBackByAnswer(t *testing.T) {
-	h := testHealth(t, blockedProbe)
-	for range SilentAfter {
-		h.missed(0)
-	}
-	require.True(t, h.isSilent(0))
-	h.heard(0)
-	assert.False(t, h.isSilent(0))
-	within(t, probesEnded(h), "the probe ends once the master answered a call")
-}
-
-// stop cuts off the probes in flight and waits for them. No probe starts
-// after it.
-func TestStopEndsProbes(t *testing.T) {
-	h := newHealth(make([]Master, 5), 3, time.Millisecond)
-	h.probe = blockedProbe
-	for range SilentAfter {
-		h.missed(0)
-	}
-	require.True(t, h.isSilent(0))
-	stopped := make(chan struct{})
-	go func() {
-		h.stop()
-		close(stopped)
-	}()
-	within(t, stopped, "stop")
-	for range SilentAfter {
-		h.missed(1)
-	}
-	assert.False(t, h.isSilent(1), "nothing is marked after stop")
-	assert.Zero(t, h.probing)
-}
-
 // fakeMaster is a redis.Scripter whose script calls reply reply, or wait
-// while stalled until their context ends. Its probes (SCRIPT EXISTS)
-// answer unless stalled.
+// while stalled until their context ends. Its SCRIPT EXISTS fails, as a
+// ClusterClient's does with one shard down: nothing may depend on it.
 type fakeMaster struct {
 	reply   int64
 	calls   atomic.Int32 // script calls received
@@ -243,13 +156,7 @@ func (f *fakeMaster) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...a
 }
 
 func (f *fakeMaster) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
-	cmd := redis.NewBoolSliceCmd(ctx)
-	if err := f.wait(ctx); err != nil {
-		cmd.SetErr(err)
-		return cmd
-	}
-	cmd.SetVal([]bool{false})
-	return cmd
+	return redis.NewBoolSliceResult(nil, errors.New("dial tcp 10.0.0.9:6379: connect: connection refused"))
 }
 
 func (f *fakeMaster) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
@@ -260,26 +167,15 @@ func (f *fakeMaster) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd 
 // for it until the deadline: the stalled master may still agree. After
 // SilentAfter such rounds the master is silent. Rounds then decide
 // without it, before the deadline, and do not send it the calls that may
-// be shed. It never counts as agreeing. Once it answers a probe, rounds
-// count it again. The test counts; it times nothing. The master timeout
-// is an hour: a round that waited for the stalled master would hang the
-// test until the caller's context ends it.
+// be shed (no canary is due within the hour). It never counts as
+// agreeing. Once its calls are answered, in time, rounds count it again.
+// The test counts; it times nothing. The master timeout is an hour: a
+// round that waited for the stalled master would hang the test until the
+// caller's context ends it.
 func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
 	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
-	masters := make([]Master, len(fakes))
-	for i, f := range fakes {
-		masters[i] = Master{Client: f, Pipe: pipeline.New(f, time.Hour, 1)}
-	}
-	w := newWork()
-	const masterTimeout = time.Hour
-	e := New(Config{Quorum: 3, MasterTimeout: masterTimeout, Work: w}, masters)
-	e.health.every = time.Millisecond
-	defer func() {
-		for _, m := range masters {
-			m.Pipe.Close()
-		}
-		e.Stop()
-	}()
+	e := testEngine(t, fakes)
+	e.health.every = time.Hour
 	spec := &Spec{
 		Script: redis.NewScript("return 1"),
 		Keys:   pipeline.NewKeys("k"),
@@ -347,8 +243,9 @@ func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
 
 	fakes[0].resume()
 	resumed = true
+	// The stalled calls are answered now, before their rounds' deadline.
 	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
-		require.Less(t, time.Since(start), 10*time.Second, "no probe brought the master back")
+		require.Less(t, time.Since(start), 10*time.Second, "no answer brought the master back")
 	}
 	res, err := e.Do(context.Background(), spec)
 	require.NoError(t, err)
@@ -389,4 +286,214 @@ func expireAll(t *timeouts) {
 	for _, e := range due {
 		e.expire()
 	}
+}
+
+// testEngine returns an Engine of fakes, three of which make a quorum.
+// Its master timeout is an hour: a round that waits for a stalled master
+// hangs until the test expires it (expireAll). Its Stop and the
+// pipelines' Close run at cleanup.
+func testEngine(t *testing.T, fakes []*fakeMaster) *Engine {
+	masters := make([]Master, len(fakes))
+	for i, f := range fakes {
+		masters[i] = Master{Client: f, Pipe: pipeline.New(f, time.Hour, 1)}
+	}
+	e := New(Config{Quorum: 3, MasterTimeout: time.Hour, Work: newWork()}, masters)
+	e.health.every = time.Millisecond
+	t.Cleanup(func() {
+		for _, m := range masters {
+			m.Pipe.Close()
+		}
+		e.Stop()
+	})
+	return e
+}
+
+// The misses of rounds that began before the last miss counted are one
+// stall: they count once.
+func TestMissesOfOneStallCountOnce(t *testing.T) {
+	h := testHealth()
+	began := time.Now()
+	for range SilentAfter {
+		h.missed(0, began)
+	}
+	assert.Equal(t, int32(1), h.misses[0].Load(), "rounds in flight during one stall")
+	assert.False(t, h.isSilent(0))
+	for range SilentAfter - 1 {
+		h.missed(0, time.Now()) // each began after the last miss
+	}
+	assert.True(t, h.isSilent(0), "silent after %d stalls", SilentAfter)
+}
+
+// SilentAfter concurrent rounds that one stall of master 0 hits miss it
+// once. Before the fix each counted: the master was silent at once.
+func TestConcurrentRoundsInOneStallMissOnce(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := testEngine(t, fakes)
+	fakes[0].stall()
+	defer fakes[0].resume()
+	var wg sync.WaitGroup
+	var dones []chan struct{}
+	for k := range SilentAfter {
+		c := &countAnswers{want: 4, done: make(chan struct{})}
+		dones = append(dones, c.done)
+		spec := &Spec{
+			Script: redis.NewScript("return 1"),
+			Keys:   pipeline.NewKeys(string(rune('a' + k))),
+			Send:   Send{Withdraw: true},
+			Policy: c,
+		}
+		wg.Go(func() {
+			res, err := e.Do(context.Background(), spec)
+			assert.NoError(t, err)
+			assert.True(t, res.TimedOut, "the round waited for master 0")
+		})
+	}
+	for _, d := range dones {
+		within(t, d, "the four other masters answer")
+	}
+	expireAll(&e.decisions) // one deadline for all: one stall
+	wg.Wait()
+	assert.Equal(t, int32(1), e.health.misses[0].Load())
+	assert.False(t, e.health.isSilent(0), "one stall made master 0 silent")
+}
+
+// silence makes master i of e silent, with no call of its in flight.
+func silence(t *testing.T, e *Engine, i int) {
+	t.Helper()
+	for range SilentAfter {
+		e.health.missed(i, time.Now())
+	}
+	require.True(t, e.health.isSilent(i))
+}
+
+// splitVote returns the spec of a round that masters 1 and 2 agree to,
+// and 3 and 4 refuse (see the fakes of the tests). Its policy closes
+// done once want masters answered, or were answered unsent.
+func splitVote(key string, want int) (*Spec, *countAnswers) {
+	c := &countAnswers{want: want, done: make(chan struct{})}
+	return &Spec{
+		Script: redis.NewScript("return 1"),
+		Keys:   pipeline.NewKeys(key),
+		Send:   Send{Withdraw: true},
+		Policy: c,
+	}, c
+}
+
+// A silent master whose SCRIPT EXISTS always fails comes back: a canary,
+// an ordinary call, hears it. Before canaries, only a probe (SCRIPT
+// EXISTS) or a release did: a ClusterClient with one shard down, or a
+// Scripter without SCRIPT EXISTS, stayed silent for good.
+func TestSilentMasterBackByCanary(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := testEngine(t, fakes)
+	silence(t, e, 0)
+	// A canary goes at most every millisecond. The bound only keeps a
+	// broken test from hanging.
+	for start := time.Now(); e.health.isSilent(0); {
+		require.Less(t, time.Since(start), 10*time.Second, "no canary brought the master back")
+		spec, answers := splitVote("k", 5)
+		_, err := e.Do(context.Background(), spec)
+		require.NoError(t, err)
+		within(t, answers.done, "every master answers, or is answered unsent")
+	}
+	assert.NotZero(t, fakes[0].calls.Load())
+	spec, _ := splitVote("k", 5)
+	res, err := e.Do(context.Background(), spec)
+	require.NoError(t, err)
+	assert.True(t, res.OK, "the master is back and agrees")
+	assert.True(t, res.Master(0).Agreed)
+}
+
+// A silent master gets one canary per interval, however many rounds run
+// at once. The round does not wait for it. A canary answered before its
+// round's deadline makes the master healthy again. The interval is an
+// hour: the test makes the canary due by hand, and times nothing.
+func TestSilentMasterGetsOneCanaryPerInterval(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := testEngine(t, fakes)
+	e.health.every = time.Hour
+	fakes[0].stall()
+	resumed := false
+	defer func() {
+		if !resumed {
+			fakes[0].resume()
+		}
+	}()
+	silence(t, e, 0)
+
+	// rounds runs n split votes at once. It returns how many sent their
+	// call to master 0: it was not answered unsent (ErrSilent).
+	rounds := func(n int) (sent int) {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for k := range n {
+			wg.Go(func() {
+				spec, _ := splitVote(string(rune('a'+k)), 5)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				res, err := e.Do(ctx, spec)
+				assert.NoError(t, ctx.Err(), "the round waited for the silent master")
+				assert.NoError(t, err)
+				assert.False(t, res.OK)
+				r := res.Master(0)
+				assert.True(t, r.Silent)
+				if !errors.Is(r.Err, ErrSilent) {
+					assert.False(t, r.Heard, "the stalled master answered: %v", r.Err)
+					mu.Lock()
+					sent++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return sent
+	}
+	assert.Zero(t, rounds(20), "a canary went before its time")
+	assert.Zero(t, fakes[0].calls.Load())
+
+	e.health.next[0].Store(0) // the canary is due
+	require.Equal(t, 1, rounds(20), "one canary per interval")
+	assert.Zero(t, rounds(20), "the next canary is due an hour later")
+	for start := time.Now(); fakes[0].calls.Load() == 0; time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 10*time.Second, "the canary never reached the master")
+	}
+	assert.Equal(t, int32(1), fakes[0].calls.Load())
+	assert.True(t, e.health.isSilent(0), "a canary in flight is no answer")
+
+	fakes[0].resume() // the canary is answered within its round's hour
+	resumed = true
+	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 10*time.Second, "the canary's answer did not bring the master back")
+	}
+}
+
+// A call that must be sent still goes to a silent master: a release must
+// reach every master that may hold the lock. Its answer in time makes
+// the master healthy again.
+func TestMustCallReachesSilentMaster(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := testEngine(t, fakes)
+	e.health.every = time.Hour // no canary
+	silence(t, e, 0)
+	answers := &countAnswers{want: 5, done: make(chan struct{})}
+	spec := &Spec{
+		Script: redis.NewScript("return 1"),
+		Keys:   pipeline.NewKeys("k"),
+		Send:   Send{Must: true},
+		Policy: answers,
+	}
+	_, err := e.Do(context.Background(), spec)
+	require.NoError(t, err)
+	within(t, answers.done, "every master answers")
+	assert.Equal(t, int32(1), fakes[0].calls.Load(), "the release was not sent to the silent master")
+	assert.False(t, e.health.isSilent(0), "its answer did not bring the master back")
+}
+
+// Any reply is an answer from the master, even an error reply. A timeout
+// or a refused dial is none.
+func TestAnswered(t *testing.T) {
+	assert.True(t, answered(nil))
+	assert.True(t, answered(proto("ERR some error reply")))
+	assert.False(t, answered(context.DeadlineExceeded))
+	assert.False(t, answered(ErrSilent))
 }

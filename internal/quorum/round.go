@@ -42,7 +42,7 @@ type round struct {
 	slots    []slot
 	ready    chan struct{}  // cap 1: the count is settled, or the deadline came
 	group    pipeline.Group // its withdrawable calls
-	start    time.Time      // set with Config.Timed only
+	start    time.Time      // when the calls went out
 	deadline time.Time      // of the decision: an answer after it is not in time
 	silent   uint64         // the masters silent when the round began: not waited for
 	waitEnd  time.Time      // when WAIT gives up: see Do
@@ -57,11 +57,8 @@ type round struct {
 	mixed   bool       // those replies were not all equal
 	closed  bool       // the count is closed: later answers are late
 	expired bool       // the deadline came
-	// silentLeft counts the silent masters not counted yet. They may
-	// still agree, but the decision does not wait for them.
-	silentLeft int
-	decided    bool   // the decider has set failed
-	waiting    uint64 // masters that answered before the decision, to settle after it
+	decided bool       // the decider has set failed
+	waiting uint64     // masters that answered before the decision, to settle after it
 }
 
 // slot is one master's part of a round, and the pipeline.Completion of
@@ -76,10 +73,15 @@ type slot struct {
 	// replica, could not be identified, or counted already. Or a
 	// failover could lose the write (see slot.durable).
 	verdict error
-	acked   int           // the replicas that acknowledged the call's write (WAIT)
-	read    bool          // the decider saw this reply before deciding, or awaitUndo after
-	missed  bool          // the deadline decided without it; guarded by round.mu
-	skipped bool          // its pipeline skipped the call: 0 is no reply
+	acked   int // the replicas that acknowledged the call's write (WAIT)
+	// read: the decider saw this reply before deciding, or awaitUndo
+	// after. Guarded by round.mu until the count closed; the decider's
+	// after that.
+	read   bool
+	missed bool // the deadline decided without it; guarded by round.mu
+	// skipped: its pipeline skipped the call, 0 is no reply. Skipped
+	// sets it before Complete, on its goroutine; only what follows reads.
+	skipped bool
 	late    bool          // read by awaitUndo: it did not count toward the decision
 	latency time.Duration // from the round's start to the reply; with Config.Timed only
 }
@@ -104,8 +106,8 @@ const MinStragglerWait = 250 * time.Microsecond
 // quorum has agreed or can no longer agree. That is at the latest
 // MasterTimeout after the round starts, or when ctx ends. A silent
 // master counts as unable to agree until it answers. A call that may be
-// shed is not sent to it (ErrSilent). Calls still
-// running then go on in the background. Each is bounded by
+// shed is not sent to it (ErrSilent), but for a canary now and then (see
+// health). Calls still running then go on in the background. Each is bounded by
 // LateCallFactor*MasterTimeout and never cut off by ctx. So a release
 // still reaches slow masters.
 //
@@ -131,9 +133,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 		return res, nil // nothing sent
 	}
 	res.Start = time.Now()
-	if e.cfg.Timed {
-		r.start = res.Start
-	}
+	r.start = res.Start
 	// WAIT gives up a quarter of MasterTimeout before the deadline. So
 	// its shortfall is told before the decision, not taken for silence.
 	r.waitEnd = res.Start.Add(e.cfg.MasterTimeout * 3 / 4)
@@ -146,7 +146,6 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	deadline, decision := e.decisions.add(r) // wakes the decider at the deadline
 	r.deadline = deadline
 	r.silent = e.health.silentSet()
-	r.silentLeft = bits.OnesCount64(r.silent)
 	r.running.Store(int32(n))
 	for i := range e.masters {
 		r.send(i)
@@ -167,7 +166,7 @@ func (e *Engine) Do(ctx context.Context, spec *Spec) (Outcome, error) {
 	missed := r.missedLocked(res.TimedOut)
 	r.mu.Unlock()
 	for ; missed != 0; missed &= missed - 1 {
-		e.health.missed(bits.TrailingZeros64(missed))
+		e.health.missed(bits.TrailingZeros64(missed), r.start)
 	}
 	res.Elapsed = time.Since(res.Start)
 
@@ -300,9 +299,11 @@ func (r *round) heardReply() bool {
 func (r *round) send(i int) {
 	sp, s := r.spec, &r.slots[i]
 	s.r, s.i = r, i
-	if !sp.Send.Must && r.silent&(1<<i) != 0 {
+	if !sp.Send.Must && r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
 		// Keeping back a call that may be shed is always safe. A silent
-		// master would only pile it up.
+		// master would only pile it up. The canary that goes instead,
+		// once per interval, is an ordinary call: the round just does
+		// not wait for it.
 		s.Complete(0, ErrSilent)
 		return
 	}
@@ -337,7 +338,7 @@ func (s *slot) Complete(v int64, err error) {
 	if u := sp.Send.Unsent; u != nil && errors.Is(err, pipeline.ErrNotSent) {
 		u.Or(1 << i)
 	}
-	if !r.start.IsZero() {
+	if r.e.cfg.Timed {
 		s.latency = time.Since(r.start)
 	}
 	id := r.e.masters[i].ID
@@ -411,7 +412,7 @@ func (r *round) answered(i int) {
 	r.mu.Unlock()
 	switch h := r.e.health; {
 	case miss:
-		h.missed(i)
+		h.missed(i, r.start)
 	case heard && h.misses[i].Load() != 0 && time.Now().Before(r.deadline):
 		h.heard(i) // the master answers in time again
 	}
@@ -429,9 +430,6 @@ func (r *round) answered(i int) {
 func (r *round) tallyLocked(i int) {
 	s := &r.slots[i]
 	s.read = true
-	if r.silent&(1<<i) != 0 {
-		r.silentLeft--
-	}
 	if s.agreed() && s.server != "" {
 		// One server counts once: the first of its masters to agree. A
 		// master that refused does not stand for its server. The server
@@ -459,7 +457,20 @@ func (r *round) tallyLocked(i int) {
 // not answered may still agree, but is not waited for. r.mu must be held.
 func (r *round) undecidedLocked() bool {
 	q := r.e.cfg.Quorum
-	return r.agreed < q && len(r.slots)-r.refused-r.silentLeft >= q
+	return r.agreed < q && len(r.slots)-r.refused-r.silentLeftLocked() >= q
+}
+
+// silentLeftLocked counts the silent masters not counted yet. They may
+// still agree, but the decision does not wait for them. r.mu must be
+// held.
+func (r *round) silentLeftLocked() int {
+	n := 0
+	for set := r.silent; set != 0; set &= set - 1 {
+		if !r.slots[bits.TrailingZeros64(set)].read {
+			n++
+		}
+	}
+	return n
 }
 
 // decide ends the round's decision; failed is set. It settles the calls
