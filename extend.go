@@ -84,7 +84,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	}
 	l.ttl = ttl
 	if l.renew != nil && name != "renew" {
-		l.renew.replanned()
+		l.renew.replanned(ttl, l.Until())
 	}
 	return nil
 }
@@ -132,29 +132,6 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
 }
 
-// renewal is a running auto-renewal. Its fields are set by startRenewal,
-// then never changed.
-type renewal struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	lost   <-chan struct{} // the lock's Done
-	replan chan struct{}   // cap 1: an Extend changed the lock's TTL
-}
-
-// replanned tells the renewal that an Extend changed the lock's TTL and
-// validity, which may now call for a renewal sooner. It does not block.
-func (r *renewal) replanned() {
-	select {
-	case r.replan <- struct{}{}:
-	default:
-	}
-}
-
-func (r *renewal) stop() {
-	r.cancel()
-	<-r.done
-}
-
 // AutoRenew keeps the lock held until its last Release. It extends the
 // lock by its current TTL (the last Extend's, if any) over the quorum once
 // about a third of it has passed. It retries sooner after a failure. A
@@ -179,66 +156,12 @@ func (l *Lock) AutoRenew() {
 	l.report() // the loss startRenewal may have found
 }
 
-// startRenewal starts the renewal goroutine unless the client is closed.
-// l.mu must be held. The caller reports what it queues.
+// startRenewal hands the lock to its client's renewer, unless the
+// client is closing. l.mu must be held. The caller reports what it
+// queues.
 func (l *Lock) startRenewal() {
-	lost := l.watch().done // tracks the lock, so that Client.Close stops the renewal
-	if !l.client.addRenewal() {
-		return
-	}
-	ctx, cancel := context.WithCancel(inBackground(context.Background()))
-	r := &renewal{cancel: cancel, done: make(chan struct{}), lost: lost, replan: make(chan struct{}, 1)}
-	l.renew = r
-	go l.renewLoop(ctx, r)
-}
-
-func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
-	defer l.client.gate.renewals.Done()
-	defer close(r.done)
-	ttl := l.currentTTL()
-	wait := time.Until(l.Until()) - 2*ttl/3
-	timer := time.NewTimer(max(wait, 0))
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.lost:
-			return
-		case <-r.replan:
-			timer.Reset(max(time.Until(l.Until())-2*l.currentTTL()/3, 0))
-			continue
-		case <-timer.C:
-		}
-		err := l.extend(ctx, l.currentTTL(), "renew")
-		l.report()           // a loss the round found: EventLost
-		ttl = l.currentTTL() // what extend used: an Extend may have changed it
-		retry := max(ttl/10, l.client.masterTimeout)
-		switch {
-		case err == nil:
-			if !l.observeHeld(ctx, EventRenewed, nil) {
-				return
-			}
-			wait = time.Until(l.Until()) - 2*ttl/3
-		case ctx.Err() != nil, errors.Is(err, ErrClosed): // Close loses the lock
-			return
-		case time.Until(l.Until()) < retry+l.client.masterTimeout:
-			// The next attempt could not finish in time.
-			if qe, ok := err.(*QuorumError); ok && qe.sentinel == ErrNoQuorum {
-				err = qe.lost("too little validity left to try again") // said once, not wrapped again
-			} else if !errors.Is(err, ErrNotHeld) {
-				err = fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err)
-			}
-			l.lose(err)
-			l.report()
-			return
-		default:
-			if !l.observeHeld(ctx, EventRenewalFailed, err) {
-				return
-			}
-			wait = retry
-		}
-		timer.Reset(max(wait, 0))
+	if r := l.client.renew.add(l); r != nil {
+		l.renew = r
 	}
 }
 

@@ -146,6 +146,7 @@ type Client struct {
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
 	engine    *quorum.Engine // runs the rounds; set by New
+	renew     renewer        // the auto-renewed locks
 }
 
 // config is a Client's Options, checked and defaulted by New.
@@ -515,19 +516,6 @@ func (c *Client) untrack(l *Lock) {
 	g.locksMu.Unlock()
 }
 
-// addRenewal counts a renewal goroutine about to start. Once Close has
-// begun, it counts nothing and reports false.
-func (c *Client) addRenewal() bool {
-	g := &c.gate
-	g.locksMu.Lock()
-	defer g.locksMu.Unlock()
-	if g.closing() {
-		return false
-	}
-	g.renewals.Add(1)
-	return true
-}
-
 // closeLocks steps to closing, ends every live lock with ErrClosed, and
 // waits for the renewals to stop. Locks without a signal need nothing:
 // Held and Err check closing.
@@ -536,5 +524,6 @@ func (c *Client) closeLocks() {
 		l.lose(ErrClosed)
 		l.report()
 	}
+	c.renew.close()
 	c.gate.renewals.Wait()
 }
