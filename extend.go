@@ -41,7 +41,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// extend is Extend; name names the call in errors ("extend", "renew").
+// extend is Extend; name names the call in errors.
 // The caller reports the EventLost it may queue.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error {
 	if err := l.check(); err != nil {
@@ -59,9 +59,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	defer l.mu.Unlock()
 	if err := l.checkHeld(name); err != nil {
 		return err
-	}
-	if name == "renew" {
-		ttl = l.ttl // an Extend may have changed it since the renewal read it
 	}
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
@@ -83,7 +80,7 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return fmt.Errorf("%s: %w", name, err) // err names the key and why
 	}
 	l.ttl = ttl
-	if l.renew != nil && name != "renew" {
+	if l.renew != nil {
 		l.renew.replanned(ttl, l.Until())
 	}
 	return nil
@@ -119,6 +116,14 @@ func (l *Lock) loseIfRefused(err error) {
 // is not repaired. What it sets, the Lock's release deletes. It blocks
 // for one call.
 func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64, token uint64) {
+	if args := l.repairArgs(until, holds, token); args != nil {
+		_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
+	}
+}
+
+// repairArgs returns the arguments of a repair (see repairOn), or nil
+// where none is due. It marks the Lock repaired.
+func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 	end := until
 	if u := l.Until(); u.Before(end) {
 		end = u
@@ -126,10 +131,9 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 	ttl := time.Until(end).Truncate(time.Millisecond)
 	l.repaired.Store(true) // before reading the stage: see repaired
 	if ttl <= 0 || l.life.ended() {
-		return
+		return nil
 	}
-	args := l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
-	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
+	return l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
 }
 
 // AutoRenew keeps the lock held until its last Release. It extends the

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/go-redlock/redlock/internal/quorum"
 )
@@ -30,9 +28,7 @@ const (
 	// renewInFlight bounds the batches under way at once.
 	renewInFlight = 4
 	// renewWindow: a lock due within it joins the batch under way.
-	renewWindow = 20 * time.Millisecond
-	// renewRepairs bounds the repair calls of one batch at once.
-	renewRepairs = 16
+	renewWindow = 50 * time.Millisecond
 )
 
 // renewer renews a Client's auto-renewed locks. Its goroutine and its
@@ -275,14 +271,7 @@ func (rn *renewer) takeLocked(c *Client) ([]*renewal, time.Duration) {
 func (rn *renewer) renew(c *Client, batch []*renewal) {
 	defer c.gate.renewals.Done()
 	next := make([]time.Time, len(batch)) // zero: the renewal ended
-	if len(batch) == 1 {
-		r := batch[0]
-		err := r.l.extend(r, r.l.currentTTL(), "renew")
-		r.l.report() // a loss the round found: EventLost
-		next[0] = r.after(err)
-	} else {
-		rn.renewMany(c, batch, next)
-	}
+	rn.renewMany(c, batch, next)
 	rn.mu.Lock()
 	for i, r := range batch {
 		r.busy = false
@@ -398,19 +387,14 @@ func (rn *renewer) renewMany(c *Client, batch []*renewal, next []time.Time) {
 				it.err = errClosedOp("renew", it.r.l.key)
 				continue
 			}
-			it.err, repairs = c.renewed(it, res, j, repairs)
+			repairs, it.err = c.renewed(it, res, j, repairs)
 		}
 	}
 	for k := range items {
 		items[k].r.l.mu.Unlock()
 	}
-	if len(repairs) > 0 {
-		var g errgroup.Group
-		g.SetLimit(renewRepairs)
-		for _, f := range repairs {
-			g.Go(func() error { f(); return nil })
-		}
-		_ = g.Wait()
+	for _, f := range repairs {
+		f()
 	}
 	j := 0
 	for i, r := range batch {
@@ -469,7 +453,13 @@ func (c *Client) renewCalls(i int, items []renewItem, live []int) []quorum.Call 
 			}
 			args = append(args, l.boxed.value, ms, l.boxed.nonce)
 		}
-		calls = append(calls, quorum.Call{Script: script, Keys: pipeline.NewKeys(names...), Args: args, First: first, Items: n})
+		if n == 1 { // the Lock's own extend: its keys and arguments are made already
+			it := &items[live[first]]
+			l := it.r.l
+			calls = append(calls, quorum.Call{Script: l.mode.extend, Keys: l.keys, Args: l.args(argv{ttl: it.ttl, holds: it.holds}), First: first, Items: 1})
+		} else {
+			calls = append(calls, quorum.Call{Script: script, Keys: pipeline.NewKeys(names...), Args: args, First: first, Items: n})
+		}
 		first += n
 	}
 	return calls
@@ -485,9 +475,9 @@ var (
 )
 
 // renewed decides item j of a batch's round for it, as extend decides its
-// own round. l.mu must be held. It returns the renewal's error, and adds
-// the repairs of the masters that answered without the lock to repairs.
-func (c *Client) renewed(it *renewItem, res quorum.ManyOutcome, j int, repairs []func()) (error, []func()) {
+// own round. l.mu must be held. It adds the repairs of the masters that
+// answered without the lock to repairs, and returns the renewal's error.
+func (c *Client) renewed(it *renewItem, res quorum.ManyOutcome, j int, repairs []func()) ([]func(), error) {
 	l := it.r.l
 	agreed := res.Agreed(j)
 	validity := quorum.Validity(it.ttl, res.Elapsed, c.driftFactor)
@@ -506,29 +496,42 @@ func (c *Client) renewed(it *renewItem, res quorum.ManyOutcome, j int, repairs [
 	}
 	if qe != nil {
 		l.loseIfRefused(qe)
-		return qe, repairs
+		return repairs, qe
 	}
 	if err := l.setUntil(c.deadline(res.Start, it.ttl)); err != nil {
 		if !errors.Is(err, ErrNotHeld) { // ErrClosed
-			return fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err), repairs
+			return repairs, fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err)
 		}
-		return fmt.Errorf("renew: %w", err), repairs
+		return repairs, fmt.Errorf("renew: %w", err)
 	}
 	if l.mode.repair == nil || c.noRepair {
-		return nil, repairs
+		return repairs, nil
 	}
 	for i := range c.nodes {
 		if m := res.Master(i, j); m.Heard && (quorum.Answer{Val: m.Val, Err: m.Err}).Refused() {
 			until, holds, token := it.end, it.holds, max(l.token, 1)
-			repairs = append(repairs, func() {
-				ctx, cancel := context.WithTimeout(inBackground(context.Background()), c.masterTimeout)
-				defer cancel()
-				l.repairOn(ctx, i, until, holds, token)
-			})
+			repairs = append(repairs, func() { c.repairLater(l, i, until, holds, token) })
 		}
 	}
-	return nil, repairs
+	return repairs, nil
 }
+
+// repairLater sends the repair of l on master i (see repairOn) without
+// waiting for it: a batch's repairs do not hold up the next batches. It
+// is bounded by MasterTimeout, and may be shed as repairOn's may.
+func (c *Client) repairLater(l *Lock, i int, until time.Time, holds int64, token uint64) {
+	args := l.repairArgs(until, holds, token)
+	if args == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(inBackground(context.Background()), c.masterTimeout)
+	c.nodes[i].pipe.Go(ctx, l.mode.repair, l.keys, args, pipeline.Options{Index: i}, repairDone(cancel))
+}
+
+// repairDone is the Completion of a repair: it releases its context.
+type repairDone context.CancelFunc
+
+func (d repairDone) Complete(int64, error) { d() }
 
 // manyResults reports each master's part in item j of a batch, as
 // masterResults does for a round.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"runtime/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,11 +81,15 @@ type Engine struct {
 	// The deadlines of rounds: decisions after MasterTimeout, calls
 	// after LateCallFactor times that.
 	decisions, calls timeouts
+
+	// manyCalls counts, per master, the calls of many items under way
+	// (see DoMany). Atomic.
+	manyCalls []atomic.Int32
 }
 
 // New returns an Engine for masters.
 func New(cfg Config, masters []Master) *Engine {
-	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters))}
+	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters)), manyCalls: make([]atomic.Int32, len(masters))}
 	e.decisions.after = cfg.MasterTimeout
 	e.calls.after = LateCallFactor * cfg.MasterTimeout
 	return e

@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -111,6 +112,11 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 		}
 	}
 	res := ManyOutcome{Start: time.Now(), m: r}
+	if ctx.Err() != nil { // nothing sent: nothing is heard
+		e.cfg.Work.Leave(total)
+		r.closed, res.TimedOut = true, r.pending > 0
+		return res, nil
+	}
 	if m.Items == 0 {
 		r.ready <- struct{}{}
 	}
@@ -150,13 +156,32 @@ func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitG
 		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, pipeline.Options{MustSend: true, Index: i}, done)
 		return
 	}
+	busy := &r.e.manyCalls[i]
+	if busy.Add(1) > MaxManyCalls {
+		// The master is behind: more would only queue for a connection.
+		busy.Add(-1)
+		r.answered(ctx, i, c, nil, ErrBehind, false)
+		running.Done()
+		r.e.cfg.Work.Leave(1)
+		return
+	}
 	go func() {
 		vals, err := ms.Pipe.RunValues(ctx, c.Script, c.Keys, c.Args)
+		busy.Add(-1)
 		r.answered(ctx, i, c, vals, err, true)
 		running.Done()
 		r.e.cfg.Work.Leave(1)
 	}()
 }
+
+// MaxManyCalls bounds the calls of many items under way to one master.
+// Each holds a connection until its reply, for up to LateCallFactor
+// times the master timeout, while rounds may be decided much faster.
+const MaxManyCalls = 8
+
+// ErrBehind answers, unsent, a call of many items to a master that has
+// MaxManyCalls under way already. It matches pipeline.ErrNotSent.
+var ErrBehind = fmt.Errorf("%w: %d calls of many items already under way to this master", pipeline.ErrNotSent, MaxManyCalls)
 
 // manyCompletion is the pipeline's Completion of a call of one item.
 type manyCompletion struct {
@@ -169,7 +194,7 @@ type manyCompletion struct {
 // Complete counts the answer. It runs on the pipeline, so it does not
 // block: it asks no server who it is.
 func (d *manyCompletion) Complete(v int64, err error) {
-	d.r.answered(nil, d.i, d.c, []int64{v}, err, false)
+	d.r.answered(context.Background(), d.i, d.c, []int64{v}, err, false)
 	d.running.Done()
 	d.r.e.cfg.Work.Leave(1)
 }
