@@ -138,7 +138,12 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 
 // AutoRenew keeps the lock held until its last Release. It extends the
 // lock by its current TTL (the last Extend's, if any) over the quorum once
-// about a third of it has passed. It retries sooner after a failure. A
+// about a third of it has passed. The Client renews all its locks from
+// one goroutine, without one per lock. Those due together go in batches:
+// one call per master for many locks, each lock decided by its own
+// quorum. Renewals are never shed behind other calls. Each lock's turn
+// comes a little early at random, so locks taken together spread out.
+// It retries sooner after a failure, also at random. A
 // failure on a minority of masters does not matter: the quorum still
 // extends. If renewal cannot reach a quorum before the validity would run
 // out, the lock is lost. Done then closes, with the last renewal error in

@@ -136,7 +136,9 @@ type Options struct {
 // results) and do nothing. Between operations a Client keeps, per master,
 // the goroutines that send its calls, waiting for the next ones. That is
 // one goroutine, or two for a client of one master. A client that cannot
-// pipeline keeps up to 16 that ran calls. Close ends them.
+// pipeline keeps up to 16 that ran calls. Once a lock is auto-renewed,
+// one more goroutine plans every renewal, however many locks are held.
+// Close ends them.
 type Client struct {
 	config              // set by New, then never changed
 	nodes     []node    // set by New, then never changed

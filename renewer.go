@@ -131,7 +131,8 @@ func (q *renewQueue) Pop() any {
 	return r
 }
 
-// add starts renewing l, due a third of its TTL into its validity. It
+// add starts renewing l, due a third of its TTL into its validity, less
+// a random twelfth (see after). It
 // starts the goroutine on first use. It returns nil once Close has
 // begun. l.mu must be held.
 func (rn *renewer) add(l *Lock) *renewal {
@@ -150,7 +151,7 @@ func (rn *renewer) add(l *Lock) *renewal {
 		go rn.run(c)
 	}
 	r := &renewal{l: l, rn: rn, done: make(chan struct{})}
-	r.at = c.since(l.Until().Add(-2 * l.ttl / 3))
+	r.at = c.since(l.Until().Add(-2*l.ttl/3 - jitter(l.ttl/12)))
 	heap.Push(&rn.queue, r)
 	if r.index == 0 {
 		rn.wakeLocked()
