@@ -32,7 +32,8 @@ import (
 // error then wraps ErrNoQuorum, and the lock is still held until Until.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
-// any Reenter, Release or renewal of the same Lock under way.
+// any Reenter, Release or renewal of the same Lock under way. A renewal
+// takes up to 4*MasterTimeout (see AutoRenew).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	err := l.extend(ctx, ttl, "extend")
 	if l.check() == nil {
@@ -138,21 +139,22 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 
 // AutoRenew keeps the lock held until its last Release. It extends the
 // lock by its current TTL (the last Extend's, if any) over the quorum once
-// about a third of it has passed. The Client renews all its locks from
-// one goroutine, without one per lock. Those due together go in batches:
-// one call per master for many locks, each lock decided by its own
-// quorum. Renewals are never shed behind other calls. Each lock's turn
-// comes a little early at random, so locks taken together spread out.
-// It retries sooner after a failure, also at random. A
-// failure on a minority of masters does not matter: the quorum still
-// extends. If renewal cannot reach a quorum before the validity would run
-// out, the lock is lost. Done then closes, with the last renewal error in
-// Err. The loss comes at once where the masters that answered that they
-// do not hold it leave too few for a quorum. The last Release, and
-// Client.Close, stop renewal before they return; no renewal runs after.
-// Calling AutoRenew again, on a closed Client, or while the last Release
-// is under way, is a no-op. A Reenter that comes first keeps renewal
-// running.
+// about a third of it has passed, a little earlier at random, so that
+// locks taken together spread out. The Client renews all its locks from
+// one goroutine, not one per lock. Locks due together go in batches: one
+// call per master for many locks, each lock decided by its own quorum.
+// Renewals are never shed behind other calls. A batch may wait a third of
+// the validity its most pressed lock has left, up to 4*MasterTimeout, so
+// that many locks on a busy master do not fail for want of MasterTimeout.
+// A failed renewal is retried sooner, also at random. A failure on a
+// minority of masters does not matter: the quorum still extends. If
+// renewal cannot reach a quorum before the validity would run out, the
+// lock is lost. Done then closes, with the last renewal error in Err. The
+// loss comes at once where the masters that answered that they do not
+// hold it leave too few for a quorum. The last Release, and Client.Close,
+// stop renewal before they return; no renewal runs after. Calling
+// AutoRenew again, on a closed Client, or while the last Release is under
+// way, is a no-op. A Reenter that comes first keeps renewal running.
 func (l *Lock) AutoRenew() {
 	if l.check() != nil {
 		return

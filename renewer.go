@@ -238,9 +238,7 @@ func (rn *renewer) run(c *Client) {
 		select {
 		case <-timer.C:
 		case <-rn.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop() // no stale tick is received after it (Go 1.23)
 		}
 	}
 }
@@ -380,7 +378,8 @@ func (rn *renewer) renewMany(c *Client, batch []*renewal, next []time.Time) {
 	})
 	var repairs []func()
 	if len(live) > 0 {
-		m := &quorum.Many{Items: len(live), Calls: func(i int) []quorum.Call { return c.renewCalls(i, items, live) }}
+		m := &quorum.Many{Items: len(live), Calls: func(i int) []quorum.Call { return c.renewCalls(i, items, live) },
+			Timeout: c.renewTimeout(items, live)}
 		res, err := c.engine.DoMany(rn.ctx, m)
 		for j, k := range live {
 			it := &items[k]
@@ -412,6 +411,19 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// renewTimeout is how long a batch's round may take: a third of the
+// validity its most pressed lock has left, at least MasterTimeout and at
+// most lateCallFactor times it. A renewal is due with two thirds of the
+// TTL left: a batch of many locks on a busy machine need not fail, and
+// retry, for want of MasterTimeout. A lock with less left waits less.
+func (c *Client) renewTimeout(items []renewItem, live []int) time.Duration {
+	least := time.Duration(math.MaxInt64)
+	for _, k := range live {
+		least = min(least, time.Until(items[k].r.l.Until()))
+	}
+	return min(max(least/3, c.masterTimeout), lateCallFactor*c.masterTimeout)
 }
 
 // renewCalls returns the calls of a batch to master i. live are the

@@ -16,6 +16,9 @@ import (
 // only reads it.
 type Many struct {
 	Items int // how many items the round decides
+	// Timeout, if > 0, is the latest the round is decided, instead of
+	// MasterTimeout. Its calls are bounded by LateCallFactor times it.
+	Timeout time.Duration
 	// Calls returns the calls to master i. Together they answer every
 	// item once. It is called once per master, before anything is sent.
 	Calls func(i int) []Call
@@ -86,9 +89,10 @@ type manyMaster struct {
 
 // DoMany runs m on every master in parallel. Each item is decided on its
 // own, as Do decides one: agreed by a quorum, or beyond it. The round
-// ends once every item is decided, at MasterTimeout, or when ctx ends.
-// Calls still running then go on in the background, bounded by
-// LateCallFactor*MasterTimeout, and are not read. Nothing is undone.
+// ends once every item is decided, at m.Timeout (MasterTimeout unless
+// set), or when ctx ends. Calls still running then go on in the
+// background, bounded by LateCallFactor times that, and are not read.
+// Nothing is undone.
 // Validity is the caller's to judge from Start and Elapsed. Once the Work
 // is closed, DoMany sends nothing and returns ErrClosed.
 func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
@@ -121,7 +125,11 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 		r.ready <- struct{}{}
 	}
 	// The calls outlive the decision, never the caller's cancellation.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*e.cfg.MasterTimeout)
+	timeout := e.cfg.MasterTimeout
+	if m.Timeout > 0 {
+		timeout = m.Timeout
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*timeout)
 	var running sync.WaitGroup
 	for i := range calls {
 		for _, c := range calls[i] {
@@ -133,7 +141,7 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 		running.Wait()
 		cancel()
 	}()
-	timer := time.NewTimer(e.cfg.MasterTimeout)
+	timer := time.NewTimer(timeout)
 	select {
 	case <-r.ready:
 	case <-timer.C:
