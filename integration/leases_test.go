@@ -265,3 +265,32 @@ func heldLocksRenewed(t *testing.T, c *redlock.Client, acquire func(context.Cont
 		require.NoError(t, l.Release(ctx), "lock %d", i)
 	}
 }
+
+// TestBatchedRenewalRepairs: a batch that a quorum agreed to sets each
+// lock again on the masters that lost it (quorum repair), as an Extend
+// does. Without it, two more lost masters would lose every lock.
+func TestBatchedRenewalRepairs(t *testing.T) {
+	cl := integration.NewCluster(t, 5)
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	locks := make([]*redlock.Lock, 20)
+	for i := range locks {
+		locks[i], err = c.Acquire(ctx, "repaired:"+strconv.Itoa(i), 900*time.Millisecond)
+		require.NoError(t, err)
+	}
+	for _, l := range locks {
+		l.AutoRenew()
+	}
+	for i := range 2 { // masters 0 and 1 restart empty, say
+		require.NoError(t, cl.Admin(i).FlushAll(ctx).Err())
+	}
+	for _, l := range locks { // a renewal comes every 0.3s
+		waitHeldEverywhere(t, cl, l)
+		require.True(t, l.Held(), "%v", l)
+	}
+	for _, l := range locks {
+		require.NoError(t, l.Release(ctx))
+	}
+}
