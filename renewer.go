@@ -345,7 +345,7 @@ type renewItem struct {
 	err   error // the renewal's outcome
 }
 
-// renewMany renews batch, several locks, in one Many round: per master
+// renewMany renews batch in one Many round: per master
 // one call for them all (for each group of renewBatchKeys keys), or, on a
 // cluster client or a ring, one call per lock. It writes each renewal's
 // next turn into next. A lock that another operation holds is retried
