@@ -27,7 +27,8 @@ const (
 	renewBatchKeys = 512
 	// renewInFlight bounds the batches under way at once.
 	renewInFlight = 4
-	// renewWindow: a lock due within it joins the batch under way.
+	// renewWindow: a lock due within it joins a batch whose first lock is
+	// due. Batches of a steady stream of locks come that far apart.
 	renewWindow = 50 * time.Millisecond
 )
 
@@ -243,16 +244,18 @@ func (rn *renewer) run(c *Client) {
 	}
 }
 
-// takeLocked takes the renewals due within renewWindow, up to a batch's
-// keys, and marks them busy. Else it returns how long until the next is
-// due. rn.mu must be held.
+// takeLocked takes the renewals due within renewWindow, once the first is
+// due, up to a batch's keys, and marks them busy. Else it returns how
+// long until the next is due. rn.mu must be held.
 func (rn *renewer) takeLocked(c *Client) ([]*renewal, time.Duration) {
 	now := c.since(time.Now())
 	var batch []*renewal
 	keys := 0
-	for len(rn.queue) > 0 && keys < renewBatchKeys {
+	// Nothing goes before the first is due. Then what is due soon joins
+	// it: the next batch comes a window later, not at once with a sliver.
+	for len(rn.queue) > 0 && keys < renewBatchKeys && rn.queue[0].at <= now+int64(renewWindow) {
 		r := rn.queue[0]
-		if r.busy || r.at > now+int64(renewWindow) {
+		if r.busy || batch == nil && r.at > now {
 			break
 		}
 		batch = append(batch, r)

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"runtime/pprof"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,14 +81,12 @@ type Engine struct {
 	// after LateCallFactor times that.
 	decisions, calls timeouts
 
-	// manyCalls counts, per master, the calls of many items under way
-	// (see DoMany). Atomic.
-	manyCalls []atomic.Int32
+	many []manyState // per master: see DoMany
 }
 
 // New returns an Engine for masters.
 func New(cfg Config, masters []Master) *Engine {
-	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters)), manyCalls: make([]atomic.Int32, len(masters))}
+	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters)), many: make([]manyState, len(masters))}
 	e.decisions.after = cfg.MasterTimeout
 	e.calls.after = LateCallFactor * cfg.MasterTimeout
 	return e

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -164,7 +165,7 @@ func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitG
 		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, pipeline.Options{MustSend: true, Index: i}, done)
 		return
 	}
-	busy := &r.e.manyCalls[i]
+	busy := &r.e.many[i].calls
 	if busy.Add(1) > MaxManyCalls {
 		// The master is behind: more would only queue for a connection.
 		busy.Add(-1)
@@ -253,19 +254,56 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 // identify returns master i's server and why its agreements must not
-// count. ask: it may ask the server; else it takes what is known.
+// count. Where the identity must be asked again (the pool opened a
+// connection since), it takes what DoMany last learned, and asks in the
+// background: under load, every answer of a batch would wait for an INFO
+// otherwise. This is Do's rule for Must calls. A master never identified
+// is asked, where ask allows blocking.
 func (r *manyRound) identify(ctx context.Context, i int, ask bool) (string, error) {
-	id := r.e.masters[i].ID
+	id, last := r.e.masters[i].ID, &r.e.many[i].last
 	if id == nil {
 		return "", nil
 	}
 	if server, verdict, known := id.Known(); known {
+		if l := last.Load(); l == nil || l.server != server || l.verdict != verdict {
+			last.Store(&identified{server, verdict})
+		}
 		return server, verdict
 	}
-	if ask {
-		return id.Admit(ctx)
+	if l := last.Load(); l != nil {
+		if ask {
+			r.e.Spawn(ctx, func() {
+				// Not the calls' context: it ends with the last answer.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*r.e.cfg.MasterTimeout)
+				defer cancel()
+				r.learn(ctx, i)
+			})
+		}
+		return l.server, l.verdict
 	}
-	return id.Last(), nil
+	if !ask {
+		return id.Last(), nil
+	}
+	return r.learn(ctx, i)
+}
+
+// learn asks master i's identity and keeps it for identify.
+func (r *manyRound) learn(ctx context.Context, i int) (string, error) {
+	server, verdict := r.e.masters[i].ID.Admit(ctx)
+	r.e.many[i].last.Store(&identified{server, verdict})
+	return server, verdict
+}
+
+// manyState is the Engine's state of DoMany for one master.
+type manyState struct {
+	calls atomic.Int32               // calls of many items under way
+	last  atomic.Pointer[identified] // the identity last learned
+}
+
+// identified is a server's identity and verdict, as Identity.Admit gave.
+type identified struct {
+	server  string
+	verdict error
 }
 
 // sameServerLocked keeps master i from counting where its server counts
