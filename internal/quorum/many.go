@@ -287,10 +287,15 @@ func (r *manyRound) identify(ctx context.Context, i int, ask bool) (string, erro
 	return r.learn(ctx, i)
 }
 
-// learn asks master i's identity and keeps it for identify.
+// learn asks master i's identity and keeps it for identify, once the
+// server answered. A failure to ask (a timeout under load) is not kept:
+// it would keep the master from counting until the next answer.
 func (r *manyRound) learn(ctx context.Context, i int) (string, error) {
-	server, verdict := r.e.masters[i].ID.Admit(ctx)
-	r.e.many[i].last.Store(&identified{server, verdict})
+	id := r.e.masters[i].ID
+	server, verdict := id.Admit(ctx)
+	if s, v, known := id.Known(); known {
+		r.e.many[i].last.Store(&identified{s, v})
+	}
 	return server, verdict
 }
 
