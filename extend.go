@@ -58,9 +58,15 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.extendLocked(ctx, ttl, name)
+}
+
+// extendLocked is extend once ttl was checked, with l.mu held.
+func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, name string) error {
 	if err := l.checkHeld(name); err != nil {
 		return err
 	}
+	c := l.client
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{name: name, key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
@@ -143,7 +149,9 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 // locks taken together spread out. The Client renews all its locks from
 // one goroutine, not one per lock. Locks due together go in batches: one
 // call per master for many locks, each lock decided by its own quorum.
-// Renewals are never shed behind other calls. A batch may wait a third of
+// Renewals are never shed behind other calls. While a master's server has
+// replicas, each lock of a batch is renewed by its own round instead, as
+// Extend is, followed by WAIT: a failover must not lose a renewal. A batch may wait a third of
 // the validity its most pressed lock has left, up to 4*MasterTimeout, so
 // that many locks on a busy master do not fail for want of MasterTimeout.
 // A failed renewal is retried sooner, also at random. A failure on a

@@ -29,6 +29,8 @@ type Many struct {
 // items from First on, in order. A call of one item goes through the
 // master's pipeline and replies with an integer. A call of several goes
 // alone, and replies with an array of integers. Neither is ever shed.
+// No WAIT follows them: an agreement of a master whose server has
+// replicas does not count (see Engine.MayReplicate).
 type Call struct {
 	Script       *redis.Script
 	Keys         pipeline.Keys
@@ -56,7 +58,10 @@ func (o ManyOutcome) Master(i, item int) Result {
 		return Result{}
 	}
 	a := Answer{Val: ms.vals[item], Err: ms.errs[item]}
-	res := Result{Heard: true, Val: a.Val, Err: a.Err, Verdict: ms.verdict}
+	res := Result{Heard: true, Val: a.Val, Err: a.Err}
+	if a.Applied() { // a verdict judges agreements only, as in Do
+		res.Verdict = ms.verdict
+	}
 	res.Agreed = a.Applied() && ms.verdict == nil
 	return res
 }
@@ -215,6 +220,11 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 		err = errWrongCount
 	}
 	server, verdict := r.identify(ctx, i, ask)
+	if verdict == nil {
+		// No WAIT went with the calls: on a master that may replicate,
+		// a failover could lose them. Such agreements never count.
+		verdict = r.e.durability(i, 0, false)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ms := &r.masters[i]

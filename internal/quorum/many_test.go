@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -81,4 +82,55 @@ func TestDoManyDecidesEachItemOnItsOwn(t *testing.T) {
 		}
 	}
 	w.Wait()
+}
+
+// replicatedID is the Identity of a master whose server has replicas.
+type replicatedID struct{}
+
+func (replicatedID) Known() (string, error, bool)          { return "", nil, true }
+func (replicatedID) Admit(context.Context) (string, error) { return "", nil }
+func (replicatedID) Last() string                          { return "" }
+func (replicatedID) Replicas() int                         { return 1 }
+func (replicatedID) Quarantine() error                     { return nil }
+func (replicatedID) Unreplicated(acked, replicas int) error {
+	return fmt.Errorf("%d of %d replicas acknowledged", acked, replicas)
+}
+
+// A master whose server has replicas does not count toward DoMany's
+// items: no WAIT went with its calls, so a failover could lose them. It
+// is judged as Do judges a call that no replica acknowledged. Its
+// refusals are refusals still. The caller knows beforehand by
+// MayReplicate. A quorum of one of two masters: the round decides once
+// one agreement counts, or after both answers.
+func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 0}}
+	masters := make([]Master, len(fakes))
+	for i, f := range fakes {
+		masters[i] = Master{Client: f, Pipe: pipeline.New(f, time.Hour, 1)}
+		t.Cleanup(masters[i].Pipe.Close)
+	}
+	plain := New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
+	t.Cleanup(plain.Stop)
+	assert.False(t, plain.MayReplicate())
+	masters[0].ID, masters[1].ID = replicatedID{}, replicatedID{}
+	e := New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
+	t.Cleanup(e.Stop)
+	require.True(t, e.MayReplicate())
+
+	one := &Many{Items: 1, Calls: func(int) []Call {
+		return []Call{{Script: redis.NewScript("return 1"), Keys: pipeline.NewKeys("k"), First: 0, Items: 1}}
+	}}
+	res, err := plain.DoMany(context.Background(), one)
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Agreed(0))
+	res, err = e.DoMany(context.Background(), one)
+	require.NoError(t, err)
+	assert.Zero(t, res.Agreed(0), "an unreplicated agreement counted")
+	r := res.Master(0, 0)
+	assert.True(t, r.Heard)
+	assert.False(t, r.Agreed)
+	assert.EqualError(t, r.Verdict, "0 of 1 replicas acknowledged")
+	r = res.Master(1, 0)
+	assert.True(t, r.Heard)
+	assert.NoError(t, r.Verdict, "a refusal is judged as a refusal")
 }

@@ -376,17 +376,39 @@ func (s *slot) Replicated(acked int) { s.acked = acked }
 // the round grants, and the master reached a new server lately. Masters
 // without replicas pay nothing: no WAIT was sent, and none is needed.
 func (s *slot) durable() {
-	d := s.r.e.durable[s.i]
-	if d == nil || s.verdict != nil {
-		return
+	if s.verdict == nil {
+		s.verdict = s.r.e.durability(s.i, s.acked, s.r.spec.Grants)
 	}
-	if n := d.Replicas(); s.acked < n {
-		s.verdict = d.Unreplicated(s.acked, n)
-		return
+}
+
+// durability returns why master i's agreement must not count, or nil:
+// only acked of its server's replicas acknowledged the write. Or grants
+// is set, and the master reached a new server lately (Quarantine). Do
+// and DoMany judge their agreements by it.
+func (e *Engine) durability(i, acked int, grants bool) error {
+	d := e.durable[i]
+	if d == nil {
+		return nil
 	}
-	if s.r.spec.Grants {
-		s.verdict = d.Quarantine()
+	if n := d.Replicas(); acked < n {
+		return d.Unreplicated(acked, n)
 	}
+	if grants {
+		return d.Quarantine()
+	}
+	return nil
+}
+
+// MayReplicate reports whether a master's server may have replicas now.
+// Its writes then need WAIT to outlive a failover: Do sends it, DoMany
+// does not. It is safe for concurrent use, and asks no server.
+func (e *Engine) MayReplicate() bool {
+	for _, d := range e.durable {
+		if d != nil && d.Replicas() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // answered counts master i's answer, unless the count has closed. It
