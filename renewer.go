@@ -598,6 +598,8 @@ func (c *Client) manyResults(res quorum.ManyOutcome, j int, ctxErr error) (ms []
 	for i := range c.nodes {
 		m := MasterResult{Master: c.nodes[i].name}
 		switch r := res.Master(i, j); {
+		case r.Silent: // not waited for, or not sent
+			m.Err = ErrMasterSilent
 		case r.Heard:
 			m.Agreed, m.Err = r.Agreed, closedError(r.Err)
 			if r.Verdict != nil {

@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,9 +41,10 @@ type Call struct {
 
 // ManyOutcome is what a Many round decided, item by item.
 type ManyOutcome struct {
-	Start    time.Time     // when the round started
-	Elapsed  time.Duration // until the decision
-	TimedOut bool          // the deadline decided before every master answered
+	Start   time.Time     // when the round started
+	Elapsed time.Duration // until the decision
+	// TimedOut: the deadline, or ctx, decided before every item was.
+	TimedOut bool
 	m        *manyRound
 }
 
@@ -54,11 +56,12 @@ func (o ManyOutcome) Agreed(item int) int { return int(o.m.agreed[item]) }
 // answers read by the decision are told. Latency is not measured.
 func (o ManyOutcome) Master(i, item int) Result {
 	ms := &o.m.masters[i]
+	silent := o.m.silent&(1<<i) != 0
 	if !ms.read[item] {
-		return Result{}
+		return Result{Silent: silent}
 	}
 	a := Answer{Val: ms.vals[item], Err: ms.errs[item]}
-	res := Result{Heard: true, Val: a.Val, Err: a.Err}
+	res := Result{Heard: true, Val: a.Val, Err: a.Err, Silent: silent && !answered(a.Err)}
 	if a.Applied() { // a verdict judges agreements only, as in Do
 		res.Verdict = ms.verdict
 	}
@@ -69,9 +72,12 @@ func (o ManyOutcome) Master(i, item int) Result {
 // manyRound is the shared state of a Many round. Each master's calls
 // write its answers under mu, unless the decision closed the count.
 type manyRound struct {
-	e     *Engine
-	items int
-	ready chan struct{} // cap 1: every item is decided
+	e        *Engine
+	items    int
+	ready    chan struct{} // cap 1: every item is decided
+	start    time.Time     // when the calls went out
+	deadline time.Time     // of the decision: an answer after it is not in time
+	silent   uint64        // the masters silent when the round began: not waited for
 
 	mu        sync.Mutex // guards the fields below and the masters' answers
 	masters   []manyMaster
@@ -96,7 +102,10 @@ type manyMaster struct {
 // DoMany runs m on every master in parallel. Each item is decided on its
 // own, as Do decides one: agreed by a quorum, or beyond it. The round
 // ends once every item is decided, at m.Timeout (MasterTimeout unless
-// set), or when ctx ends. Calls still running then go on in the
+// set), or when ctx ends. As in Do, a silent master counts as unable to
+// agree until it answers, and is not waited for. Its calls of one item
+// are sent. Those of many are kept back (ErrSilent), but for a canary now
+// and then (see health). Calls still running then go on in the
 // background, bounded by LateCallFactor times that, and are not read.
 // Nothing is undone.
 // Validity is the caller's to judge from Start and Elapsed. Once the Work
@@ -124,17 +133,19 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 	res := ManyOutcome{Start: time.Now(), m: r}
 	if ctx.Err() != nil { // nothing sent: nothing is heard
 		e.cfg.Work.Leave(total)
-		r.closed, res.TimedOut = true, r.pending > 0
+		r.closed, res.TimedOut = true, r.undecided > 0
 		return res, nil
 	}
 	if m.Items == 0 {
 		r.ready <- struct{}{}
 	}
-	// The calls outlive the decision, never the caller's cancellation.
 	timeout := e.cfg.MasterTimeout
 	if m.Timeout > 0 {
 		timeout = m.Timeout
 	}
+	r.start, r.deadline = res.Start, res.Start.Add(timeout)
+	r.silent = e.health.silentSet()
+	// The calls outlive the decision, never the caller's cancellation.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*timeout)
 	var running sync.WaitGroup
 	for i := range calls {
@@ -148,16 +159,27 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 		cancel()
 	}()
 	timer := time.NewTimer(timeout)
+	expired := false
 	select {
 	case <-r.ready:
 	case <-timer.C:
+		expired = true
 	case <-ctx.Done():
 	}
 	timer.Stop()
 	r.mu.Lock()
 	r.closed = true
-	res.TimedOut = r.pending > 0
+	res.TimedOut = r.undecided > 0
+	var missed uint64 // the masters the deadline decided without
+	for i := range r.masters {
+		if expired && res.TimedOut && r.masters[i].left > 0 {
+			missed |= 1 << i
+		}
+	}
 	r.mu.Unlock()
+	for ; missed != 0; missed &= missed - 1 {
+		e.health.missed(bits.TrailingZeros64(missed), r.start)
+	}
 	res.Elapsed = time.Since(res.Start)
 	return res, nil
 }
@@ -168,6 +190,15 @@ func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitG
 	if c.Items == 1 {
 		done := &manyCompletion{r: r, i: i, c: c, running: running}
 		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, pipeline.Options{MustSend: true, Index: i}, done)
+		return
+	}
+	if r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
+		// A silent master would only pile up calls that hold a
+		// connection each. Keeping them back is safe: a renewal that
+		// fails is retried. Its canary, once per interval, is sent.
+		r.answered(ctx, i, c, nil, ErrSilent, false)
+		running.Done()
+		r.e.cfg.Work.Leave(1)
 		return
 	}
 	busy := &r.e.many[i].calls
@@ -216,6 +247,12 @@ func (d *manyCompletion) Complete(v int64, err error) {
 // answered counts master i's answer vals, or err, to call c. ask: it may
 // block to identify the server, under ctx.
 func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, err error, ask bool) {
+	switch h := r.e.health; {
+	case !answered(err) && Unanswered(err):
+		h.missed(i, r.start) // counts once per stall, even if the deadline counted it
+	case answered(err) && h.misses[i].Load() != 0 && time.Now().Before(r.deadline):
+		h.heard(i) // the master answers in time again
+	}
 	if err == nil && len(vals) != c.Items {
 		err = errWrongCount
 	}
@@ -240,7 +277,6 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 	}
 	for k := range c.Items {
 		item := c.First + k
-		ms.read[item] = true
 		if err != nil {
 			ms.errs[item] = err
 		} else {
@@ -337,22 +373,37 @@ func (r *manyRound) sameServerLocked(i int) {
 	}
 }
 
-// tallyLocked counts master i's answer to item. r.mu must be held.
+// tallyLocked counts master i's answer to item, and marks it read. r.mu
+// must be held.
 func (r *manyRound) tallyLocked(i, item int) {
 	before := r.decidedLocked(item)
 	ms := &r.masters[i]
+	ms.read[item] = true
 	if (Answer{Val: ms.vals[item], Err: ms.errs[item]}).Applied() && ms.verdict == nil {
 		r.agreed[item]++
 	} else {
 		r.refused[item]++
 	}
-	if !before && r.decidedLocked(item) {
+	// A silent master's agreement may undo a decision its silence made:
+	// the others not heard yet may make a quorum with it.
+	switch after := r.decidedLocked(item); {
+	case !before && after:
 		r.undecided--
+	case before && !after:
+		r.undecided++
 	}
 }
 
-// decidedLocked reports whether item's quorum agreed or no longer can.
+// decidedLocked reports whether item's quorum agreed or no longer can. A
+// silent master that has not answered may still agree, but is not waited
+// for. r.mu must be held.
 func (r *manyRound) decidedLocked(item int) bool {
 	q := int32(r.e.cfg.Quorum)
-	return r.agreed[item] >= q || int32(len(r.masters))-r.refused[item] < q
+	left := int32(0) // silent masters not heard on item
+	for set := r.silent; set != 0; set &= set - 1 {
+		if !r.masters[bits.TrailingZeros64(set)].read[item] {
+			left++
+		}
+	}
+	return r.agreed[item] >= q || int32(len(r.masters))-r.refused[item]-left < q
 }

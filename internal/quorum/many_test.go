@@ -134,3 +134,121 @@ func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
 	assert.True(t, r.Heard)
 	assert.NoError(t, r.Verdict, "a refusal is judged as a refusal")
 }
+
+// arrayMaster is a fakeMaster that replies to a call of several keys
+// with its reply once per key: an answer to each item.
+type arrayMaster struct{ *fakeMaster }
+
+func (f arrayMaster) reply(ctx context.Context, keys []string) *redis.Cmd {
+	cmd := f.run(ctx)
+	if cmd.Err() == nil && len(keys) > 1 {
+		out := make([]any, len(keys))
+		for k := range out {
+			out[k] = f.fakeMaster.reply
+		}
+		cmd.SetVal(out)
+	}
+	return cmd
+}
+
+func (f arrayMaster) Eval(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	return f.reply(ctx, keys)
+}
+
+func (f arrayMaster) EvalSha(ctx context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
+	return f.reply(ctx, keys)
+}
+
+// manyEngine is testEngine (a quorum of three, an hour's master timeout)
+// of arrayMasters.
+func manyEngine(t *testing.T, fakes []*fakeMaster) *Engine {
+	masters := make([]Master, len(fakes))
+	for i, f := range fakes {
+		masters[i] = Master{Client: arrayMaster{f}, Pipe: pipeline.New(arrayMaster{f}, time.Hour, 1)}
+		t.Cleanup(masters[i].Pipe.Close)
+	}
+	e := New(Config{Quorum: 3, MasterTimeout: time.Hour, Work: newWork()}, masters)
+	t.Cleanup(e.Stop)
+	return e
+}
+
+// splitMany is a Many round of three items: item 0 in a call of one key,
+// items 1 and 2 in a call of two.
+func splitMany() *Many {
+	s := redis.NewScript("return 1")
+	return &Many{Items: 3, Calls: func(int) []Call {
+		return []Call{
+			{Script: s, Keys: pipeline.NewKeys("a"), First: 0, Items: 1},
+			{Script: s, Keys: pipeline.NewKeys("b", "c"), First: 1, Items: 2},
+		}
+	}}
+}
+
+// A DoMany round whose deadline decides without a stalled master counts
+// a miss of it, as Do does. Two agree and two refuse: each item waits
+// for the stalled master. The deadline is 10ms; the test times nothing:
+// the stalled master misses it however slow the machine.
+func TestDoManyCountsAMiss(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := manyEngine(t, fakes)
+	fakes[0].stall()
+	defer fakes[0].resume()
+	m := splitMany()
+	m.Timeout = 10 * time.Millisecond
+	res, err := e.DoMany(context.Background(), m)
+	require.NoError(t, err)
+	assert.True(t, res.TimedOut)
+	assert.Equal(t, int32(1), e.health.misses[0].Load())
+}
+
+// A DoMany round does not wait for a silent master: it counts as unable
+// to agree until it answers, and never as agreeing without an answer. Its
+// call of one item is sent (it may be a renewal that must reach it); its
+// call of several is kept back (ErrSilent), as Do keeps back the calls
+// that may be shed. The master timeout is an hour, and no canary is due
+// within it: a round that waited for the stalled master would last until
+// the caller's context ends it. Once its answer comes, in time, the
+// master counts again.
+func TestDoManyDoesNotWaitForSilentMaster(t *testing.T) {
+	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
+	e := manyEngine(t, fakes)
+	e.health.every = time.Hour
+	fakes[0].stall()
+	resumed := false
+	defer func() {
+		if !resumed {
+			fakes[0].resume()
+		}
+	}()
+	silence(t, e, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := e.DoMany(ctx, splitMany())
+	require.NoError(t, err)
+	require.NoError(t, ctx.Err(), "the round waited for the silent master")
+	assert.False(t, res.TimedOut)
+	for item := range 3 {
+		assert.LessOrEqual(t, res.Agreed(item), 2, "item %d", item)
+		r := res.Master(0, item)
+		assert.True(t, r.Silent, "item %d", item)
+		assert.False(t, r.Agreed, "item %d", item)
+	}
+	assert.False(t, res.Master(0, 0).Heard, "the call of one item is under way")
+	r := res.Master(0, 1)
+	assert.True(t, r.Heard)
+	assert.ErrorIs(t, r.Err, ErrSilent, "the call of two items was sent")
+	assert.ErrorIs(t, r.Err, pipeline.ErrNotSent)
+
+	fakes[0].resume()
+	resumed = true
+	// The call of one item is answered now, before its deadline.
+	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
+		require.Less(t, time.Since(start), 10*time.Second, "no answer brought the master back")
+	}
+	res, err = e.DoMany(context.Background(), splitMany())
+	require.NoError(t, err)
+	for item := range 3 {
+		assert.Equal(t, 3, res.Agreed(item), "item %d: the master is back and agrees", item)
+	}
+}
