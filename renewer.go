@@ -596,29 +596,10 @@ func (d repairDone) Complete(int64, error) { d() }
 func (c *Client) manyResults(res quorum.ManyOutcome, j int, ctxErr error) (ms []MasterResult, agreed int) {
 	ms = make([]MasterResult, len(c.nodes))
 	for i := range c.nodes {
-		m := MasterResult{Master: c.nodes[i].name}
-		switch r := res.Master(i, j); {
-		case r.Silent: // not waited for, or not sent
-			m.Err = ErrMasterSilent
-		case r.Heard:
-			m.Agreed, m.Err = r.Agreed, closedError(r.Err)
-			if r.Verdict != nil {
-				m.Err = r.Verdict
-			}
-			if m.Agreed {
-				agreed++
-			}
-			if m.Err == nil && !m.Agreed { // it answered no
-				m.Err = ErrNotHeld
-			}
-		case ctxErr != nil:
-			m.Err = ctxErr
-		case res.TimedOut:
-			m.Err = ErrMasterTimeout
-		default:
-			m.Err = ErrNoReply
+		ms[i] = c.masterResult(i, res.Master(i, j), ErrNotHeld, ctxErr, res.TimedOut)
+		if ms[i].Agreed {
+			agreed++
 		}
-		ms[i] = m
 	}
 	return ms, agreed
 }

@@ -213,13 +213,7 @@ func TestDoManyDoesNotWaitForSilentMaster(t *testing.T) {
 	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
 	e := manyEngine(t, fakes)
 	e.health.every = time.Hour
-	fakes[0].stall()
-	resumed := false
-	defer func() {
-		if !resumed {
-			fakes[0].resume()
-		}
-	}()
+	resume := stall(t, fakes[0])
 	silence(t, e, 0)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -240,8 +234,7 @@ func TestDoManyDoesNotWaitForSilentMaster(t *testing.T) {
 	assert.ErrorIs(t, r.Err, ErrSilent, "the call of two items was sent")
 	assert.ErrorIs(t, r.Err, pipeline.ErrNotSent)
 
-	fakes[0].resume()
-	resumed = true
+	resume()
 	// The call of one item is answered now, before its deadline.
 	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
 		require.Less(t, time.Since(start), 10*time.Second, "no answer brought the master back")
