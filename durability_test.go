@@ -14,21 +14,43 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // durableID is a master's identity with replicas and a quarantine the
 // test sets. A fake master sends no WAIT: no replica ever acknowledges.
+// Nor does it send ROLE: Role answers what the test set in role and
+// connected instead, as ROLE would after the write.
 type durableID struct {
 	replicas    atomic.Int32
 	quarantined atomic.Bool
+	unannounced atomic.Bool
+	role        atomic.Pointer[string] // nil: "master"
+	connected   atomic.Int32           // what ROLE lists; -1: the cached count
+	roles       atomic.Int32           // calls of Role
 }
 
 func (d *durableID) Known() (string, error, bool)          { return "", nil, true }
 func (d *durableID) Admit(context.Context) (string, error) { return "", nil }
 func (d *durableID) Last() string                          { return "" }
 func (d *durableID) Replicas() int                         { return int(d.replicas.Load()) }
-func (d *durableID) Unreplicated(acked, replicas int) error {
+func (d *durableID) Unannounced() bool                     { return d.unannounced.Load() }
+
+func (d *durableID) Role(pipeline.Role) (int, error) {
+	d.roles.Add(1)
+	if r := d.role.Load(); r != nil && *r != "master" {
+		return 0, fmt.Errorf("%w (role %s)", ErrReplica, *r)
+	}
+	n := d.connected.Load()
+	if n < 0 {
+		return d.Replicas(), nil
+	}
+	d.replicas.Store(n) // as idCache does
+	return int(n), nil
+}
+
+func (d *durableID) Unreplicated(acked, replicas int, cause error) error {
 	return fmt.Errorf("%w (%d of %d)", ErrNotReplicated, acked, replicas)
 }
 
@@ -47,6 +69,7 @@ func durableClient(t *testing.T, fs []*fakeMaster) (*Client, []*durableID) {
 	ms := make([]quorum.Master, len(fs))
 	for i := range fs {
 		ids[i] = &durableID{}
+		ids[i].connected.Store(-1)
 		ms[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe, ID: ids[i]}
 	}
 	c.engine = quorum.New(quorum.Config{
@@ -203,4 +226,97 @@ func TestWaitOnARealReplica(t *testing.T) {
 	n, err := cl.Admin(0).Exists(ctx, "{j}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "undone before Acquire returned")
+}
+
+// TestWaitTargetIsReadOnce: the verdict judges the WAIT's answer against
+// the replica count read when the call was sent. A count that drops
+// while the call is in flight (an INFO of another round: a replica that
+// acked and then died) must not let an agreement count whose WAIT for 1
+// replica got 0.
+func TestWaitTargetIsReadOnce(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+	ids[0].replicas.Store(1) // WAIT 1 is asked for; the fake acks none
+	fs[0].block(false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "k", 10*time.Second)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return fs[0].entered.Load() > 0 }, 5*time.Second, time.Millisecond)
+	ids[0].replicas.Store(0) // the count drops while the call is in flight
+	fs[0].unblock()
+	err := <-done
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe, "an agreement whose WAIT for 1 replica got 0 acks counted")
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+}
+
+// TestReplicaSeenByRoleIsWaitedFor: a master cached with no replica, but
+// reached through Sentinel, has its write followed by ROLE. Where ROLE
+// lists a replica, the agreement does not count: no WAIT covered it. The
+// count is updated, so the next round waits for that replica. A master
+// through a plain client known to have no replica sends no ROLE.
+func TestReplicaSeenByRoleIsWaitedFor(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+
+	l, err := c.Acquire(ctx, "plain", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	assert.Zero(t, ids[0].roles.Load(), "no replica known, no Sentinel: no ROLE")
+
+	ids[0].unannounced.Store(true)
+	ids[0].connected.Store(1) // a replica joined unseen
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe, "an agreement counted that no WAIT covered, with a replica connected")
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+	assert.Contains(t, qe.Masters[0].Err.Error(), "0 of 1")
+	assert.Equal(t, 1, ids[0].Replicas(), "the count follows ROLE")
+	_, held := fs[0].get("{k}")
+	assert.False(t, held, "undone")
+
+	// A master known to have a replica sends ROLE through a plain client
+	// too: a second replica that joined is seen.
+	ids[0].unannounced.Store(false)
+	ids[0].connected.Store(2)
+	roles := ids[0].roles.Load()
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.Contains(t, qe.Masters[0].Err.Error(), "0 of 2")
+	assert.Greater(t, ids[0].roles.Load(), roles)
+}
+
+// TestRoleSaysReplica: a server whose ROLE, right after the write, says
+// it is a replica does not count, whatever the cached identity says.
+func TestRoleSaysReplica(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ids[0].unannounced.Store(true)
+	ids[0].connected.Store(0)
+	slave := "slave"
+	ids[0].role.Store(&slave)
+	_, err := c.Acquire(t.Context(), "k", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrReplica)
+}
+
+// TestReleaseIsLossy: a release need not reach the replicas. A lost
+// release leaves the lock until its TTL, which is safe. So it counts on
+// a master whose replicas acknowledge nothing.
+func TestReleaseIsLossy(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+	l, err := c.Acquire(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	ids[0].replicas.Store(1)
+	ids[0].connected.Store(1)
+	require.NoError(t, l.Release(ctx), "a release waits for no replica")
+	_, held := fs[0].get("{k}")
+	assert.False(t, held)
 }
