@@ -320,3 +320,36 @@ func TestReleaseIsLossy(t *testing.T) {
 	_, held := fs[0].get("{k}")
 	assert.False(t, held)
 }
+
+// TestQuarantineRunsOnTheMonotonicClock: the quarantine's start keeps a
+// monotonic clock reading. A step of the wall clock (NTP, an operator)
+// then neither ends it early nor stretches it.
+func TestQuarantineRunsOnTheMonotonicClock(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rc.Close() })
+	var longest atomic.Int64
+	longest.Store(int64(time.Minute))
+	id := newIDCache(rc, &longest)
+	id.current.Store(&serverID{runID: "a", role: "master"})
+	id.mu.Lock()
+	id.seen(&serverID{runID: "b", role: "master"})
+	id.mu.Unlock()
+	changed := id.changed.Load()
+	require.NotNil(t, changed)
+	// time.Time.String shows the monotonic reading as "m=±<seconds>".
+	assert.Contains(t, changed.String(), " m=", "the start has no monotonic reading: wall-clock steps move it")
+	assert.ErrorIs(t, id.Quarantine(), ErrQuarantined)
+}
+
+// TestSentinelMastersAreUnannounced: a master reached through Sentinel
+// may gain replicas unseen, so its writes are followed by ROLE. One
+// reached through a plain client is not.
+func TestSentinelMastersAreUnannounced(t *testing.T) {
+	var longest atomic.Int64
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = fc.Close() })
+	assert.True(t, newIDCache(fc, &longest).Unannounced())
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rc.Close() })
+	assert.False(t, newIDCache(rc, &longest).Unannounced())
+}
