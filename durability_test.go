@@ -103,6 +103,30 @@ func TestUnreplicatedAgreementDoesNotCount(t *testing.T) {
 	_, held := fs[0].get("{k}")
 	assert.False(t, held, "undone on the master that agreed")
 
+	// Two agreements held back cost the quorum: the error says so.
+	fs[1].mu.Lock()
+	delete(fs[1].data, "{k}")
+	fs[1].mu.Unlock()
+	ids[1].replicas.Store(1)
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, err, ErrNotReplicated, "it cost the quorum")
+	assert.NotErrorIs(t, err, ErrQuarantined)
+	ids[1].replicas.Store(0)
+
+	// Where the others refuse, it did not cost the quorum.
+	fs[1].set("{k}", "other")
+	fs[2].set("{k}", "other")
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+	assert.NotErrorIs(t, err, ErrNotReplicated, "held elsewhere: it would not have counted")
+	for _, f := range fs[1:] {
+		f.mu.Lock()
+		delete(f.data, "{k}")
+		f.mu.Unlock()
+	}
+
 	ids[0].replicas.Store(0)
 	l, err := c.Acquire(ctx, "j", 10*time.Second)
 	require.NoError(t, err)
@@ -137,6 +161,7 @@ func TestQuarantineRefusesOnlyNewLocks(t *testing.T) {
 	var qe *QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.ErrorIs(t, qe.Masters[0].Err, ErrQuarantined)
+	assert.ErrorIs(t, err, ErrQuarantined, "it cost the quorum")
 	_, held := fs[0].get("{new}")
 	assert.False(t, held, "undone")
 
@@ -352,4 +377,28 @@ func TestSentinelMastersAreUnannounced(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = rc.Close() })
 	assert.False(t, newIDCache(rc, &longest).Unannounced())
+}
+
+// TestReplicaLearnedInFlightIsWaitedFor: a master identified only after
+// its call was sent (its first round, or a new connection) may turn out
+// to have a replica. No WAIT covered the write: without ROLE, the count
+// cached at the verdict decides, and the agreement does not count.
+func TestReplicaLearnedInFlightIsWaitedFor(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+	fs[0].block(false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "k", 10*time.Second)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return fs[0].entered.Load() > 0 }, 5*time.Second, time.Millisecond)
+	ids[0].replicas.Store(1) // INFO, after the call, shows a replica
+	fs[0].unblock()
+	err := <-done
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe, "an agreement counted that no WAIT covered")
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+	assert.Zero(t, ids[0].roles.Load(), "no ROLE for a plain master without replicas")
 }

@@ -143,3 +143,25 @@ func blackHoleProxy(t *testing.T, addr string) (string, *atomic.Bool) {
 	}()
 	return ln.Addr().String(), cut
 }
+
+// TestWaitErrorIsTold: a WAIT the server refuses (an ACL without WAIT)
+// acknowledges nothing. The agreement does not count, and the verdict
+// says why, with the server's error.
+func TestWaitErrorIsTold(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	ctx := t.Context()
+	replicaOf(t, cl.Masters[0].Addr())
+	require.NoError(t, cl.Admin(0).Do(ctx, "ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait").Err())
+	opt := harness.MasterOptions(cl.Masters[0].Addr())
+	opt.Username, opt.Password = "nowait", "pw"
+	rc := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rc.Close() })
+	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorIs(t, err, ErrNotReplicated, "%v", err)
+	t.Log(err)
+	assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged; WAIT: NOPERM")
+}

@@ -411,19 +411,22 @@ func (s *slot) judge() {
 // durable returns why an agreement that a failure of its server could
 // lose does not count. Its write must have reached every replica the
 // server had when the call was sent, and every one ROLE listed right
-// after. A server that is a replica does not count either.
+// after (or, without ROLE, the count now cached). A server that is a
+// replica does not count either.
 func (s *slot) durable(d Durability) error {
 	if d == nil || s.r.spec.Lossy {
 		return nil
 	}
-	need := s.target
+	// The count at the verdict: ROLE's, else the cache's, which an INFO
+	// sent after the call (Admit) may have raised.
+	n := d.Replicas()
 	if s.role {
-		n, err := d.Role(s.rep.Role)
-		if err != nil {
+		var err error
+		if n, err = d.Role(s.rep.Role); err != nil {
 			return err
 		}
-		need = max(need, n)
 	}
+	need := max(s.target, n)
 	if s.rep.Acked < need {
 		return d.Unreplicated(s.rep.Acked, need, s.rep.WaitErr)
 	}
