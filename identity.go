@@ -29,16 +29,18 @@ var (
 
 	// ErrNotReplicated is a master's error in a QuorumError when it
 	// agreed, but not every replica it has acknowledged the write within
-	// the round (WAIT). A failover could lose the write, so the agreement
-	// does not count. Where it applied, it is undone or released as any
-	// other.
+	// the round (WAIT, then ROLE for the replicas it has). A failover
+	// could lose the write, so the agreement does not count. Where it
+	// applied, it is undone or released as any other. A QuorumError
+	// matches it where such agreements cost the quorum.
 	ErrNotReplicated = errors.New("redlock: the write did not reach every replica in time")
 
 	// ErrQuarantined is a master's error in a QuorumError when it agreed
 	// to a new lock, but reaches another server than before (a new
 	// run_id: a restart or a failover). That server may have lost locks
 	// it held. So it counts toward no new lock until the longest TTL this
-	// Client asked for has passed since the change was seen.
+	// Client asked for has passed since the change was seen. A
+	// QuorumError matches it where such agreements cost the quorum.
 	ErrQuarantined = errors.New("redlock: the master reaches a new server, which counts toward no new lock for the longest TTL")
 )
 
