@@ -165,3 +165,27 @@ func TestWaitErrorIsTold(t *testing.T) {
 	t.Log(err)
 	assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged; WAIT: NOPERM")
 }
+
+// TestRefusedRoleFallsBackToInfo: a server whose ACL refuses ROLE is
+// judged by the replica count of its last INFO, as before ROLE: an
+// agreement that every known replica acknowledged counts.
+func TestRefusedRoleFallsBackToInfo(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	ctx := t.Context()
+	replicaOf(t, cl.Masters[0].Addr())
+	require.NoError(t, cl.Admin(0).Do(ctx, "ACL", "SETUSER", "norole", "on", ">pw", "~*", "&*", "+@all", "-role").Err())
+	opt := harness.MasterOptions(cl.Masters[0].Addr())
+	opt.Username, opt.Password = "norole", "pw"
+	opt.ReadTimeout = 10 * time.Second
+	rc := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rc.Close() })
+	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	l, err := c.Acquire(ctx, "k", 10*time.Second)
+	require.NoError(t, err, "the known replica acknowledged")
+	assert.True(t, c.nodes[0].id.roleRefused.Load(), "ROLE was refused")
+	require.Equal(t, 1, c.nodes[0].id.Replicas())
+	require.NoError(t, l.Release(ctx))
+}
