@@ -64,8 +64,8 @@ type Identity interface {
 type Durability interface {
 	MasterState
 	// Replicas returns how many replicas the server had when last seen,
-	// by INFO or ROLE; 0 where none or unknown. A durable round's call is
-	// followed by WAIT for them, and by ROLE.
+	// by INFO or ROLE; 0 where none or unknown. Where above 0, a durable
+	// round's call is followed by WAIT for them, then by ROLE.
 	Replicas() int
 	// Unannounced reports whether replicas may join the server while
 	// Replicas says 0: a Sentinel failover may have moved the master. A
