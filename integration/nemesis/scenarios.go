@@ -69,6 +69,14 @@ func Scenarios(s Scale) []Scenario {
 			Fencing:       LockFencing,
 		}
 	}
+	// Long sections only, for the unsafe nemeses that act while a lock is
+	// held: every section is a chance for a second holder.
+	holding := func() Config {
+		c := base()
+		c.Keys, c.TTL, c.Hold, c.Sections = 1, 2*time.Second, 700*time.Millisecond, pick(8, 100)
+		c.Duration = dur(8*time.Second, time.Minute)
+		return c
+	}
 	// Short sections with a long one now and then, for safe nemeses that
 	// act while a lock is held: the cluster stays up long enough between
 	// faults for many sections.
@@ -178,6 +186,11 @@ func Scenarios(s Scale) []Scenario {
 			Description: "Each master is a Sentinel group (a primary, a replica, three sentinels; down-after 1s), reached through redis.NewFailoverClient. " +
 				"2 of 5 groups fail over at once, alternately forced (SENTINEL FAILOVER) and by kill -9 of the primary, which comes back empty as a replica; then a pause, and again. " +
 				"An agreement counts once WAIT saw the replica take it, and a group seen to change server counts toward no new lock for a TTL.",
+		},
+		{
+			Name: "restart-no-delay, fresh clients", Safe: false, Config: with(holding(), func(c *Config) { c.FreshClients = true }),
+			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 0, Up: 300 * time.Millisecond},
+			Description: "As restart-no-delay, but each lock call goes through a new redlock.Client (a short-lived process): it never met the masters before, sees no new run_id, and the 4 that came back empty count at once. Breaks the persistence assumption.",
 		},
 		{
 			Name: "fast-clocks-majority", Safe: false, Config: lease(),
