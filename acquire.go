@@ -169,7 +169,6 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}}
 	if holds == 1 {
 		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
-		o.Grants = true              // a re-entry never creates a missing key
 		o.Send.Unsent = &l.unsent
 		if m.fenced && c.fencing {
 			// A token must be larger than every earlier lock's. A late
@@ -330,6 +329,16 @@ type acquirePolicy struct {
 }
 
 func (p *acquirePolicy) Settles(a quorum.Answer) bool { return a.MayHaveApplied() }
+
+// Counts refuses a new lock's agreement from a master in quarantine. Its
+// new server may have lost the lock that would have refused it. A
+// re-entry needs the lock held there, so a master that lost it refuses.
+func (p *acquirePolicy) Counts(_ int, _ quorum.Answer, m quorum.MasterState) error {
+	if p.holds == 1 {
+		return m.Quarantine()
+	}
+	return nil
+}
 
 func (p *acquirePolicy) Settled(ctx context.Context, i int, a quorum.Answer, counted bool) func() {
 	// The decider counted an unknown outcome as a refusal: it may

@@ -18,21 +18,43 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 // durableID is a master's identity with replicas and a quarantine the
 // test sets. A fake master sends no WAIT: no replica ever acknowledges.
+// Nor does it send ROLE: Role answers what the test set in role and
+// connected instead, as ROLE would after the write.
 type durableID struct {
 	replicas    atomic.Int32
 	quarantined atomic.Bool
+	unannounced atomic.Bool
+	role        atomic.Pointer[string] // nil: "master"
+	connected   atomic.Int32           // what ROLE lists; -1: the cached count
+	roles       atomic.Int32           // calls of Role
 }
 
 func (d *durableID) Known() (string, error, bool)          { return "", nil, true }
 func (d *durableID) Admit(context.Context) (string, error) { return "", nil }
 func (d *durableID) Last() string                          { return "" }
 func (d *durableID) Replicas() int                         { return int(d.replicas.Load()) }
-func (d *durableID) Unreplicated(acked, replicas int) error {
+func (d *durableID) Unannounced() bool                     { return d.unannounced.Load() }
+
+func (d *durableID) Role(pipeline.Role) (int, error) {
+	d.roles.Add(1)
+	if r := d.role.Load(); r != nil && *r != "master" {
+		return 0, fmt.Errorf("%w (role %s)", ErrReplica, *r)
+	}
+	n := d.connected.Load()
+	if n < 0 {
+		return d.Replicas(), nil
+	}
+	d.replicas.Store(n) // as idCache does
+	return int(n), nil
+}
+
+func (d *durableID) Unreplicated(acked, replicas int, cause error) error {
 	return fmt.Errorf("%w (%d of %d)", ErrNotReplicated, acked, replicas)
 }
 
@@ -51,6 +73,7 @@ func durableClient(t *testing.T, fs []*fakeMaster) (*Client, []*durableID) {
 	ms := make([]quorum.Master, len(fs))
 	for i := range fs {
 		ids[i] = &durableID{}
+		ids[i].connected.Store(-1)
 		ms[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe, ID: ids[i]}
 	}
 	c.engine = quorum.New(quorum.Config{
@@ -83,6 +106,30 @@ func TestUnreplicatedAgreementDoesNotCount(t *testing.T) {
 	assert.Contains(t, qe.Error(), "1 did not count")
 	_, held := fs[0].get("{k}")
 	assert.False(t, held, "undone on the master that agreed")
+
+	// Two agreements held back cost the quorum: the error says so.
+	fs[1].mu.Lock()
+	delete(fs[1].data, "{k}")
+	fs[1].mu.Unlock()
+	ids[1].replicas.Store(1)
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, err, ErrNotReplicated, "it cost the quorum")
+	assert.NotErrorIs(t, err, ErrQuarantined)
+	ids[1].replicas.Store(0)
+
+	// Where the others refuse, it did not cost the quorum.
+	fs[1].set("{k}", "other")
+	fs[2].set("{k}", "other")
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+	assert.NotErrorIs(t, err, ErrNotReplicated, "held elsewhere: it would not have counted")
+	for _, f := range fs[1:] {
+		f.mu.Lock()
+		delete(f.data, "{k}")
+		f.mu.Unlock()
+	}
 
 	ids[0].replicas.Store(0)
 	l, err := c.Acquire(ctx, "j", 10*time.Second)
@@ -118,6 +165,7 @@ func TestQuarantineRefusesOnlyNewLocks(t *testing.T) {
 	var qe *QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.ErrorIs(t, qe.Masters[0].Err, ErrQuarantined)
+	assert.ErrorIs(t, err, ErrQuarantined, "it cost the quorum")
 	_, held := fs[0].get("{new}")
 	assert.False(t, held, "undone")
 
@@ -171,7 +219,7 @@ func TestWaitOnARealReplica(t *testing.T) {
 	cl, rs := replicatedMaster(t)
 	ctx := t.Context()
 	replica := rs.Masters[0]
-	c := replicatedClient(t, cl, nil)
+	c := replicatedClient(t, cl.Masters[0].Addr(), nil)
 	l, err := c.Acquire(ctx, "k", 10*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, 1, c.nodes[0].id.Replicas())
@@ -206,22 +254,6 @@ func replicatedMaster(t *testing.T) (master, replica *harness.Cluster) {
 		return err == nil && infoField(info, "master_link_status") == "up"
 	}, 10*time.Second, 10*time.Millisecond)
 	return cl, rs
-}
-
-// replicatedClient is a Client of cl's one master, with a 2s master
-// timeout and no fencing (a release leaves no counter behind). It is
-// closed at cleanup.
-func replicatedClient(t *testing.T, cl *harness.Cluster, obs Observer) *Client {
-	t.Helper()
-	// WAIT blocks for most of MasterTimeout: reads must wait that long.
-	opt := harness.MasterOptions(cl.Masters[0].Addr())
-	opt.ReadTimeout = 10 * time.Second
-	rc := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rc.Close() })
-	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true, Observer: obs})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, c.Close()) })
-	return c
 }
 
 // renewalLog is an Observer that keeps the renewals' events.
@@ -278,7 +310,7 @@ func TestRenewalsWaitOnARealReplica(t *testing.T) {
 	cl, rs := replicatedMaster(t)
 	ctx := t.Context()
 	obs := &renewalLog{}
-	c := replicatedClient(t, cl, obs)
+	c := replicatedClient(t, cl.Masters[0].Addr(), obs)
 	const locks = 20
 	held := make([]*Lock, locks)
 	for i := range held {
@@ -329,4 +361,154 @@ func TestRenewalsWaitOnARealReplica(t *testing.T) {
 	for _, l := range held {
 		_ = l.Release(ctx)
 	}
+}
+
+// TestWaitTargetIsReadOnce: the verdict judges the WAIT's answer against
+// the replica count read when the call was sent. A count that drops
+// while the call is in flight (an INFO of another round: a replica that
+// acked and then died) must not let an agreement count whose WAIT for 1
+// replica got 0.
+func TestWaitTargetIsReadOnce(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+	ids[0].replicas.Store(1) // WAIT 1 is asked for; the fake acks none
+	fs[0].block(false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "k", 10*time.Second)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return fs[0].entered.Load() > 0 }, 5*time.Second, time.Millisecond)
+	ids[0].replicas.Store(0) // the count drops while the call is in flight
+	fs[0].unblock()
+	err := <-done
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe, "an agreement whose WAIT for 1 replica got 0 acks counted")
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+}
+
+// TestReplicaSeenByRoleIsWaitedFor: a master cached with no replica, but
+// reached through Sentinel, has its write followed by ROLE. Where ROLE
+// lists a replica, the agreement does not count: no WAIT covered it. The
+// count is updated, so the next round waits for that replica. A master
+// through a plain client known to have no replica sends no ROLE.
+func TestReplicaSeenByRoleIsWaitedFor(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+
+	l, err := c.Acquire(ctx, "plain", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	assert.Zero(t, ids[0].roles.Load(), "no replica known, no Sentinel: no ROLE")
+
+	ids[0].unannounced.Store(true)
+	ids[0].connected.Store(1) // a replica joined unseen
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe, "an agreement counted that no WAIT covered, with a replica connected")
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+	assert.Contains(t, qe.Masters[0].Err.Error(), "0 of 1")
+	assert.Equal(t, 1, ids[0].Replicas(), "the count follows ROLE")
+	_, held := fs[0].get("{k}")
+	assert.False(t, held, "undone")
+
+	// A master known to have a replica sends ROLE through a plain client
+	// too: a second replica that joined is seen.
+	ids[0].unannounced.Store(false)
+	ids[0].connected.Store(2)
+	roles := ids[0].roles.Load()
+	_, err = c.Acquire(ctx, "k", 10*time.Second)
+	require.ErrorAs(t, err, &qe)
+	assert.Contains(t, qe.Masters[0].Err.Error(), "0 of 2")
+	assert.Greater(t, ids[0].roles.Load(), roles)
+}
+
+// TestRoleSaysReplica: a server whose ROLE, right after the write, says
+// it is a replica does not count, whatever the cached identity says.
+func TestRoleSaysReplica(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ids[0].unannounced.Store(true)
+	ids[0].connected.Store(0)
+	slave := "slave"
+	ids[0].role.Store(&slave)
+	_, err := c.Acquire(t.Context(), "k", 10*time.Second)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrReplica)
+}
+
+// TestReleaseIsLossy: a release need not reach the replicas. A lost
+// release leaves the lock until its TTL, which is safe. So it counts on
+// a master whose replicas acknowledge nothing.
+func TestReleaseIsLossy(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+	l, err := c.Acquire(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	ids[0].replicas.Store(1)
+	ids[0].connected.Store(1)
+	require.NoError(t, l.Release(ctx), "a release waits for no replica")
+	_, held := fs[0].get("{k}")
+	assert.False(t, held)
+}
+
+// TestQuarantineRunsOnTheMonotonicClock: the quarantine's start keeps a
+// monotonic clock reading. A step of the wall clock (NTP, an operator)
+// then neither ends it early nor stretches it.
+func TestQuarantineRunsOnTheMonotonicClock(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rc.Close() })
+	var longest atomic.Int64
+	longest.Store(int64(time.Minute))
+	id := newIDCache(rc, &longest)
+	id.current.Store(&serverID{runID: "a", role: "master"})
+	id.mu.Lock()
+	id.seen(&serverID{runID: "b", role: "master"})
+	id.mu.Unlock()
+	changed := id.changed.Load()
+	require.NotNil(t, changed)
+	// time.Time.String shows the monotonic reading as "m=±<seconds>".
+	assert.Contains(t, changed.String(), " m=", "the start has no monotonic reading: wall-clock steps move it")
+	assert.ErrorIs(t, id.Quarantine(), ErrQuarantined)
+}
+
+// TestSentinelMastersAreUnannounced: a master reached through Sentinel
+// may gain replicas unseen, so its writes are followed by ROLE. One
+// reached through a plain client is not.
+func TestSentinelMastersAreUnannounced(t *testing.T) {
+	var longest atomic.Int64
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = fc.Close() })
+	assert.True(t, newIDCache(fc, &longest).Unannounced())
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rc.Close() })
+	assert.False(t, newIDCache(rc, &longest).Unannounced())
+}
+
+// TestReplicaLearnedInFlightIsWaitedFor: a master identified only after
+// its call was sent (its first round, or a new connection) may turn out
+// to have a replica. No WAIT covered the write: without ROLE, the count
+// cached at the verdict decides, and the agreement does not count.
+func TestReplicaLearnedInFlightIsWaitedFor(t *testing.T) {
+	fs := fakes(1)
+	c, ids := durableClient(t, fs)
+	ctx := t.Context()
+	fs[0].block(false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "k", 10*time.Second)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return fs[0].entered.Load() > 0 }, 5*time.Second, time.Millisecond)
+	ids[0].replicas.Store(1) // INFO, after the call, shows a replica
+	fs[0].unblock()
+	err := <-done
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe, "an agreement counted that no WAIT covered")
+	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
+	assert.Zero(t, ids[0].roles.Load(), "no ROLE for a plain master without replicas")
 }

@@ -124,6 +124,11 @@ type QuorumError struct {
 	upgrade  bool  // a master refused an upgrade
 	late     bool  // Expired: a fencing acquire decided after a quarter of its TTL
 
+	// held are the verdicts (ErrNotReplicated, ErrQuarantined) of the
+	// agreements that did not count, where counting them would have
+	// made the quorum.
+	held []error
+
 	// lostBy, if set, says why a round that too few masters answered
 	// (ErrNoQuorum) still matches ErrNotHeld. The lock is lost anyway.
 	lostBy string
@@ -195,7 +200,8 @@ func (e *QuorumError) Error() string {
 }
 
 // Unwrap exposes the sentinel and, if the caller's context ended, its
-// error. Per-master errors stay in Masters: a timeout on one master says
+// error. Where agreements held back by ErrNotReplicated or ErrQuarantined
+// cost the quorum, it exposes those too. Per-master errors stay in Masters: a timeout on one master says
 // nothing about the caller's context.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{e.sentinel}
@@ -205,6 +211,7 @@ func (e *QuorumError) Unwrap() []error {
 	if e.upgrade {
 		errs = append(errs, ErrUpgrade)
 	}
+	errs = append(errs, e.held...)
 	if e.ctxErr != nil {
 		errs = append(errs, e.ctxErr)
 	}
@@ -242,6 +249,40 @@ func isRefusal(err error) bool {
 // already. It never will.
 func isUncounted(err error) bool {
 	return errors.Is(err, ErrSameServer) || errors.Is(err, ErrReplica)
+}
+
+// heldBack returns the sentinels of the agreements that did not count
+// only because a failover could lose them, where they cost the quorum.
+// They did if, counted, they and the other agreements seen make one. An
+// agreement heard after the decision is one: the held-back ones ended
+// the round before it.
+func (e *QuorumError) heldBack() []error {
+	if e.Expired || e.Agreed >= e.Quorum {
+		return nil
+	}
+	var held []error
+	n := 0
+	for _, m := range e.Masters {
+		if m.Err == errAgreedLate {
+			n++
+		}
+	}
+	for _, target := range []error{ErrNotReplicated, ErrQuarantined} {
+		found := false
+		for _, m := range e.Masters {
+			if !m.Agreed && errors.Is(m.Err, target) {
+				n++
+				found = true
+			}
+		}
+		if found {
+			held = append(held, target)
+		}
+	}
+	if e.Agreed+n < e.Quorum {
+		return nil
+	}
+	return held
 }
 
 // refusedQuorum reports whether the others cannot make a quorum. That is

@@ -150,8 +150,9 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 // one goroutine, not one per lock. Locks due together go in batches: one
 // call per master for many locks, each lock decided by its own quorum.
 // Renewals are never shed behind other calls. While a master's server has
-// replicas, each lock of a batch is renewed by its own round instead, as
-// Extend is, followed by WAIT: a failover must not lose a renewal. A batch may wait a third of
+// replicas, or may gain some (Sentinel), each lock of a batch is renewed
+// by its own round instead, as Extend is, with WAIT and ROLE: a failover
+// must not lose a renewal. A batch may wait a third of
 // the validity its most pressed lock has left, up to 4*MasterTimeout, so
 // that many locks on a busy master do not fail for want of MasterTimeout.
 // A failed renewal is retried sooner, also at random. A failure on a

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
+	"github.com/go-redlock/redlock/internal/quorum"
 )
 
 var (
@@ -26,16 +29,18 @@ var (
 
 	// ErrNotReplicated is a master's error in a QuorumError when it
 	// agreed, but not every replica it has acknowledged the write within
-	// the round (WAIT). A failover could lose the write, so the agreement
-	// does not count. Where it applied, it is undone or released as any
-	// other.
+	// the round (WAIT, then ROLE for the replicas it has). A failover
+	// could lose the write, so the agreement does not count. Where it
+	// applied, it is undone or released as any other. A QuorumError
+	// matches it where such agreements cost the quorum.
 	ErrNotReplicated = errors.New("redlock: the write did not reach every replica in time")
 
 	// ErrQuarantined is a master's error in a QuorumError when it agreed
 	// to a new lock, but reaches another server than before (a new
 	// run_id: a restart or a failover). That server may have lost locks
 	// it held. So it counts toward no new lock until the longest TTL this
-	// Client asked for has passed since the change was seen.
+	// Client asked for has passed since the change was seen. A
+	// QuorumError matches it where such agreements cost the quorum.
 	ErrQuarantined = errors.New("redlock: the master reaches a new server, which counts toward no new lock for the longest TTL")
 )
 
@@ -85,21 +90,31 @@ type serverID struct {
 // for concurrent use: current, asked and changed are atomic.
 //
 // It is also the engine's quorum.Durability. A master with replicas has
-// its writes followed by WAIT. A new run_id puts the master in
-// quarantine for the longest TTL the Client asked for.
+// its writes followed by WAIT, and by ROLE, whose replica count updates
+// the cache. So does a master reached through Sentinel, which may gain
+// replicas unseen. A new run_id puts the master in quarantine for the
+// longest TTL the Client asked for.
 type idCache struct {
-	client  *redis.Client
-	asked   atomic.Uint64 // bumped by refresh
-	current atomic.Pointer[serverID]
-	// changed is when a new run_id was seen, in Unix nanoseconds; 0 if
-	// never. longest is the Client's longest TTL asked for.
-	changed atomic.Int64
+	client *redis.Client
+	// failover: the client is a Sentinel FailoverClient. Its server may
+	// change, and gain replicas, without a new run_id being seen at once.
+	failover bool
+	asked    atomic.Uint64 // bumped by refresh
+	current  atomic.Pointer[serverID]
+	// changed is when a new run_id was seen, on the monotonic clock; nil
+	// if never. longest is the Client's longest TTL asked for.
+	changed atomic.Pointer[time.Time]
 	longest *atomic.Int64
+	// roleRefused: the server refused ROLE (an ACL). The replica count
+	// then comes from INFO alone.
+	roleRefused atomic.Bool
 
 	// mu guards pending.
 	mu      sync.Mutex
 	pending chan struct{} // closed when the INFO in flight is answered
 }
+
+var _ quorum.Durability = (*idCache)(nil)
 
 // newIDCache returns the cache of a master whose server can be asked, or
 // nil. Only a *redis.Client reaches one server; a Cluster or Ring client
@@ -109,7 +124,8 @@ func newIDCache(c redis.Scripter, longest *atomic.Int64) *idCache {
 	if !ok {
 		return nil
 	}
-	return &idCache{client: rc, longest: longest}
+	// go-redis names the address of a Sentinel client so.
+	return &idCache{client: rc, longest: longest, failover: rc.Options().Addr == "FailoverClient"}
 }
 
 // opened returns how many connections the client's main and pipeline
@@ -169,12 +185,13 @@ func (id *idCache) get(ctx context.Context) (*serverID, error) {
 // identified. id.mu must be held.
 func (id *idCache) seen(s *serverID) {
 	if old := id.current.Load(); old != nil && old.runID != "" && s.runID != "" && old.runID != s.runID {
-		id.changed.Store(time.Now().UnixNano())
+		now := time.Now()
+		id.changed.Store(&now)
 	}
 }
 
-// Replicas returns how many replicas the server had when last
-// identified. It does not ask.
+// Replicas returns how many replicas the server had when last seen, by
+// INFO or by ROLE. It does not ask.
 func (id *idCache) Replicas() int {
 	if s := id.current.Load(); s != nil {
 		return s.replicas
@@ -182,23 +199,68 @@ func (id *idCache) Replicas() int {
 	return 0
 }
 
+// Unannounced reports whether the master is reached through Sentinel.
+func (id *idCache) Unannounced() bool { return id.failover }
+
+// Role learns what ROLE told right after a write, on its connection. A
+// master's replica count replaces the cached one. A refused ROLE (an
+// ACL) leaves the count INFO gave.
+func (id *idCache) Role(r pipeline.Role) (int, error) {
+	switch {
+	case r.Err != nil && refused(r.Err):
+		id.roleRefused.Store(true)
+		return id.Replicas(), nil
+	case r.Err != nil:
+		return 0, fmt.Errorf("%w (ROLE after the write: %v)", ErrNotReplicated, r.Err)
+	case r.Name != "master":
+		id.refresh() // the cached identity says master
+		return 0, replicaError(r.Name)
+	}
+	id.setReplicas(r.Replicas)
+	return r.Replicas, nil
+}
+
+// setReplicas makes n the cached replica count, where a server was
+// identified.
+func (id *idCache) setReplicas(n int) {
+	for {
+		s := id.current.Load()
+		if s == nil || s.replicas == n {
+			return
+		}
+		c := *s
+		c.replicas = n
+		if id.current.CompareAndSwap(s, &c) {
+			return
+		}
+	}
+}
+
 // Unreplicated returns the verdict on an agreement that only acked of
-// replicas acknowledged. The replica count may be stale: a replica that
-// left would hold every agreement back. So the server is asked again
-// before the next round's agreement counts.
-func (id *idCache) Unreplicated(acked, replicas int) error {
-	id.refresh()
+// replicas acknowledged. cause is WAIT's error, if any. Where the server
+// refuses ROLE, the count may be stale: a replica that left would hold
+// every agreement back. So the server is asked again before the next
+// round's agreement counts.
+func (id *idCache) Unreplicated(acked, replicas int, cause error) error {
+	if id.roleRefused.Load() {
+		id.refresh()
+	}
+	if cause != nil {
+		return fmt.Errorf("%w (%d of %d replicas acknowledged; WAIT: %v)", ErrNotReplicated, acked, replicas, cause)
+	}
 	return fmt.Errorf("%w (%d of %d replicas acknowledged)", ErrNotReplicated, acked, replicas)
 }
 
 // Quarantine returns why an agreement to a new lock must not count: the
 // master reached a new server less than the longest TTL ago. Else nil.
+// It measures on the monotonic clock: a step of the wall clock does not
+// end it early.
 func (id *idCache) Quarantine() error {
 	changed := id.changed.Load()
-	if changed == 0 {
+	if changed == nil {
 		return nil
 	}
-	since := time.Duration(time.Now().UnixNano() - changed)
+	since := time.Since(*changed)
 	ttl := time.Duration(id.longest.Load())
 	if since >= ttl {
 		return nil

@@ -105,6 +105,7 @@ func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *Qu
 	e.Masters, e.Agreed, upgrades = c.masterResults(o, res, e.ctxErr)
 	// A stale read entry on a few masters is no upgrade: it takes a quorum.
 	e.upgrade = upgrades >= c.quorum
+	e.held = e.heldBack()
 	// A lock is lost only where the refusals prove it: masters that gave
 	// no answer in time may still hold it.
 	if e.sentinel == ErrNotHeld && !res.Expired && !e.refusedQuorum() {

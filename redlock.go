@@ -199,10 +199,11 @@ type config struct {
 // itself. Verify checks every master up front.
 //
 // The same INFO tells how many replicas a master has. Where it has any,
-// a round's write is followed by WAIT on its connection, and the master's
-// agreement counts only once every replica took it (else its error is
-// ErrNotReplicated). A master seen reaching a new run_id counts toward no
-// new lock for the longest TTL the Client asked for (ErrQuarantined).
+// or is reached through Sentinel, a round's write is followed by WAIT and
+// ROLE on its connection. The master's agreement counts only once every
+// replica ROLE lists took it (else its error is ErrNotReplicated). A
+// master seen reaching a new run_id counts toward no new lock for the
+// longest TTL the Client asked for (ErrQuarantined).
 //
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not

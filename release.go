@@ -142,6 +142,8 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		Keys:   l.keys,
 		Args:   l.args(a),
 		Send:   quorum.Send{Must: true, Skip: (*releaseSkip)(l)},
+		// A release a failover loses leaves the lock until its TTL.
+		Lossy: true,
 	}}
 	var last *releasePolicy
 	if holds == 0 {

@@ -348,9 +348,9 @@ func jitter(d time.Duration) time.Duration {
 // renewEach renews each lock of batch by its own round, as Extend does,
 // up to renewEachAtOnce at a time. It writes each renewal's next turn
 // into next. A batch goes this way while a master's server may have
-// replicas (Engine.MayReplicate). Only Do's rounds send WAIT: without it,
-// a failover could lose a renewal, and the promoted replica would let the
-// lock go early while its owner still holds it.
+// replicas (Engine.MayReplicate). Only Do's rounds send WAIT and ROLE:
+// without them, a failover could lose a renewal, and the promoted replica
+// would let the lock go early while its owner still holds it.
 func (rn *renewer) renewEach(c *Client, batch []*renewal, next []time.Time) {
 	var g errgroup.Group
 	g.SetLimit(renewEachAtOnce)

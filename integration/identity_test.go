@@ -450,7 +450,8 @@ func requireRefusedUntil(t *testing.T, c *redlock.Client, key string, done func(
 // TestMasterThatBecomesAnotherIsIdentifiedAgain: master 1 is reached
 // through a relay that first leads to server C, then (a DNS change, say)
 // to server A, which is master 0. Once the client reconnects, master 1 must
-// count as A, so only once.
+// count as A, so only once. Its new run_id also puts it in quarantine; the
+// same-server verdict takes precedence, whichever master answers first.
 func TestMasterThatBecomesAnotherIsIdentifiedAgain(t *testing.T) {
 	cl := integration.NewCluster(t, 3)
 	rl := newRelay(t, cl.Masters[2].Addr(), 0, nil)

@@ -220,17 +220,22 @@ counts (` + "`go test ./integration/nemesis`" + `).
   a clock drifting 0.5%% either way, clock jumps under the drift allowance, a
   delayed restart) no overlap and no lost update.
 - A restart without persistence and without delay, while a lock is held,
-  leaves the holder's lock on fewer than a quorum of masters; a second client
-  takes it. Clocks twice as fast on a majority expire the keys after half the
-  TTL while the holder still counts on its validity. Both show as overlaps,
-  and, on an unfenced counter, as lost updates and stale reads.
+  leaves the holder's lock on fewer than a quorum of masters. The clients
+  met those masters before: each sees the new run_id, and counts the master
+  toward no new lock for the longest TTL (README, assumption 3). So no
+  second client takes it: restart-no-delay is within the assumptions. A
+  client that never met the masters before cannot tell (restart-no-delay,
+  fresh clients: each lock call through a new client): a second client
+  takes the lock. Clocks twice as fast on a majority expire the keys after
+  half the TTL while the holder still counts on its validity. Both show as
+  overlaps, and, on an unfenced counter, as lost updates and stale reads.
 - Fencing tokens turn the double holdings of fast-clocks-majority into
   rejected writes: the counter stays right. Tokens are a hybrid logical
   clock (README, "Fencing tokens"), so masters that restart empty after a
   delay (kill-minority, restart-delayed, rolling-restart) still hand out
-  larger tokens: no false rejection there. Without the delay
-  (restart-no-delay) two holders exist at once, and fencing rejects the
-  stale one's writes.
+  larger tokens: no false rejection there. Nor in restart-no-delay, where
+  the clients hold the restarted masters back for a TTL. With fresh clients
+  two holders exist at once, and fencing rejects the stale one's writes.
 - Quorum repair keeps a lock held with auto-renewal through a rolling
   restart of every master; with repair off the same lock is lost.
 - Fencing also assumes that the masters' clocks differ by well under the

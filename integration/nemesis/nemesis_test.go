@@ -87,10 +87,11 @@ func TestSafeScenarios(t *testing.T) {
 }
 
 // TestCheckerDetectsBrokenAssumptions runs the nemeses that break
-// Redlock's assumptions (a restart without persistence and without delay,
-// clocks far too fast on a majority): the checker must report that two
-// clients held the lock at once, and either the resulting data corruption
-// or, when fencing is wired, the stale operations the resource rejected.
+// Redlock's assumptions (a restart without persistence and without delay
+// that the clients cannot see, clocks far too fast on a majority): the
+// checker must report that two clients held the lock at once, and either
+// the resulting data corruption or, when fencing is wired, the stale
+// operations the resource rejected.
 func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
 	for _, sc := range nemesis.Scenarios(nemesis.Quick) {
 		if sc.Safe {

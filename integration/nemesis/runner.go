@@ -55,6 +55,10 @@ type Config struct {
 	MaxRetryDelay time.Duration // mutex.Options; default 20ms
 	AutoRenew     bool          // mutex.Options: a section ends early if its lock is lost
 	NoRepair      bool          // redlock.Options: extends do not repair the quorum
+	// FreshClients: each lock call goes through a new redlock.Client, as
+	// from a short-lived process. It never met the masters before, so it
+	// sees no restart (no quarantine).
+	FreshClients bool
 
 	// Kind is the lock under test; default Exclusive.
 	Kind Kind
@@ -344,6 +348,7 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 type worker struct {
 	id      int
 	cfg     Config
+	masters []*redis.Client
 	client  *redlock.Client
 	lockers []locker // one per key
 	env     *Env
@@ -354,25 +359,43 @@ type worker struct {
 }
 
 func newWorker(id int, cfg Config, masters []*redis.Client, env *Env, res []*Resource) (*worker, error) {
-	w := &worker{id: id, cfg: cfg, env: env, res: res}
-	c, err := redlock.New(masters, &redlock.Options{
+	w := &worker{id: id, cfg: cfg, masters: masters, env: env, res: res}
+	if err := w.connect(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// connect gives w a new redlock.Client of its masters, and its lockers.
+func (w *worker) connect() error {
+	id, cfg := w.id, w.cfg
+	c, err := redlock.New(w.masters, &redlock.Options{
 		MasterTimeout: cfg.MasterTimeout,
 		NoRepair:      cfg.NoRepair,
 		// Values name their client, so a holder can be told on the masters.
 		NewValue: func() (string, error) { return fmt.Sprintf("c%d-%s", id, rand.Text()), nil },
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	w.client = c
+	var lockers []locker
 	for k := range cfg.Keys {
 		l, err := newLocker(cfg.Kind, c, id, cfg, cfg.KeyName(k))
 		if err != nil {
-			return nil, errors.Join(err, c.Close())
+			return errors.Join(err, c.Close())
 		}
-		w.lockers = append(w.lockers, l)
+		lockers = append(lockers, l)
 	}
-	return w, nil
+	w.client, w.lockers = c, lockers
+	return nil
+}
+
+// reconnect replaces w's redlock.Client by a new one (FreshClients).
+func (w *worker) reconnect() error {
+	if err := w.client.Close(); err != nil {
+		return fmt.Errorf("client %d: close: %w", w.id, err)
+	}
+	return w.connect()
 }
 
 // unlockTimeout bounds an Unlock; it uses a fresh context, as the load's
@@ -386,6 +409,11 @@ func (w *worker) run(ctx context.Context) error {
 	for n := range w.cfg.Sections {
 		if ctx.Err() != nil || w.cfg.Completed > 0 && w.env.completed.Load() >= int64(w.cfg.Completed) {
 			return nil
+		}
+		if w.cfg.FreshClients && n > 0 {
+			if err := w.reconnect(); err != nil {
+				return err
+			}
 		}
 		key := mrand.IntN(w.cfg.Keys)
 		locker := w.lockers[key]

@@ -254,15 +254,40 @@ type Options struct {
 	// it; others answer 0.
 	Wait      int
 	WaitUntil time.Time
+	// Role follows the call, and its WAIT, with ROLE on its connection.
+	// What the server is right after the write, and which replicas it
+	// then has, go to the Completion's Replicated. A batch sends one
+	// ROLE after its WAIT. Only a client that pipelines sends it; others
+	// answer errNoRole.
+	Role bool
 }
 
-// Replicator is a Completion that takes the answer of a call's WAIT (see
-// Options.Wait).
+// Replication is what the commands that followed a call told (see
+// Options.Wait and Options.Role).
+type Replication struct {
+	Acked   int   // the replicas that acknowledged the write; 0 where WAIT failed or was not sent
+	WaitErr error // why WAIT failed, if it was sent
+	Role    Role  // with Options.Role only
+}
+
+// Role is ROLE's answer on the connection of a call, right after it.
+type Role struct {
+	Name string // "master", "slave" or "sentinel"; "" where Err is set
+	// Replicas counts the replicas a master lists: those online, which
+	// WAIT can count. 0 for another role.
+	Replicas int
+	Err      error // why there is no answer
+}
+
+// errNoRole is the Role of a call whose client cannot pipeline.
+var errNoRole = errors.New("redlock: ROLE not sent: the client cannot pipeline")
+
+// Replicator is a Completion that takes what followed its call (see
+// Options.Wait and Options.Role).
 type Replicator interface {
-	// Replicated receives how many replicas acknowledged the call's
-	// write, 0 where WAIT failed. It runs just before Complete, on the
-	// same goroutine, and must not block.
-	Replicated(acked int)
+	// Replicated receives WAIT's and ROLE's answers. It runs just
+	// before Complete, on the same goroutine, and must not block.
+	Replicated(r Replication)
 }
 
 // call is a call accepted. The Pipeline owns it until it is answered, then
@@ -281,7 +306,7 @@ type call struct {
 	argv         []any      // EVALSHA's or FCALL's arguments; its buffer is reused
 	cmd          *redis.Cmd // what is sent
 	done         Completion
-	acked        int // the replicas that acknowledged it, with Wait; set by the sender
+	rep          Replication // what followed it, with Wait or Role; set by the sender
 	Options
 }
 
@@ -491,11 +516,14 @@ func (ln *lane) wakeSender() {
 
 // answer hands a call's outcome to its Completion and lets the call go.
 func (p *Pipeline) answer(c *call, v int64, err error) {
-	done, acked, waited := c.done, c.acked, c.Wait > 0
+	done, rep, follows := c.done, c.rep, c.Wait > 0 || c.Role
+	if follows && c.Role && p.piper == nil {
+		rep.Role.Err = errNoRole
+	}
 	c.recycle()
-	if waited {
+	if follows {
 		if r, ok := done.(Replicator); ok {
-			r.Replicated(acked)
+			r.Replicated(rep)
 		}
 	}
 	done.Complete(v, err)
@@ -872,39 +900,121 @@ func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
 		p.process(ctx, c, cmd)
 	}
 	if p.asScript(cmd) {
-		if !p.waits(c) {
+		if !p.follows(c) {
 			return s.Eval(ctx, p.client, keys.Names, args...).Int64()
 		}
 		pipe := p.piper.Pipeline()
 		cmd = s.Eval(ctx, pipe, keys.Names, args...) // queued
-		c.acked = p.execWaited(ctx, pipe, c.Wait, c.WaitUntil)
+		p.execFollowed(ctx, pipe, []*call{c})
 	}
 	return cmd.Int64()
 }
 
-// waits reports whether call c is followed by WAIT.
-func (p *Pipeline) waits(c *call) bool { return c.Wait > 0 && p.piper != nil }
+// follows reports whether call c is followed by WAIT or ROLE.
+func (p *Pipeline) follows(c *call) bool { return (c.Wait > 0 || c.Role) && p.piper != nil }
 
-// process sends cmd, call c's command, alone. Where c waits for
-// replicas, WAIT follows it in one pipelined write on one connection. So
-// it fires the pipeline hooks.
+// process sends cmd, call c's command, alone. Where WAIT or ROLE follow
+// it, they go in one pipelined write on one connection. So it fires the
+// pipeline hooks.
 func (p *Pipeline) process(ctx context.Context, c *call, cmd redis.Cmder) {
-	if !p.waits(c) {
+	if !p.follows(c) {
 		_ = p.proc.Process(ctx, cmd)
 		return
 	}
 	pipe := p.piper.Pipeline()
 	_ = pipe.Process(ctx, cmd)
-	c.acked = p.execWaited(ctx, pipe, c.Wait, c.WaitUntil)
+	p.execFollowed(ctx, pipe, []*call{c})
 }
 
-// execWaited queues WAIT for replicas until until on pipe, sends what
-// pipe holds, and returns WAIT's answer: 0 where it failed.
-func (p *Pipeline) execWaited(ctx context.Context, pipe redis.Pipeliner, replicas int, until time.Time) int {
-	wait := p.waitCmd(ctx, replicas, until)
-	_ = pipe.Process(ctx, wait)
+// execFollowed queues the WAIT and ROLE that calls need on pipe, sends
+// what pipe holds, and gives their answers to calls.
+func (p *Pipeline) execFollowed(ctx context.Context, pipe redis.Pipeliner, calls []*call) {
+	f := p.followUp(ctx, calls)
+	f.queue(ctx, pipe)
 	_, _ = pipe.Exec(ctx)
-	return int(wait.Val())
+	f.answer(calls)
+}
+
+// followUp is the WAIT and ROLE that follow a write of calls.
+type followUp struct {
+	wait *redis.IntCmd   // nil: none waits
+	role *redis.SliceCmd // nil: none asks
+}
+
+// followUp returns what follows calls: WAIT for the most replicas any
+// asks, until the latest WaitUntil, and ROLE where any asks.
+func (p *Pipeline) followUp(ctx context.Context, calls []*call) followUp {
+	var f followUp
+	if p.piper == nil {
+		return f
+	}
+	f.wait = p.batchWait(ctx, calls)
+	for _, c := range calls {
+		if c.Role {
+			f.role = redis.NewSliceCmd(ctx, "role")
+			break
+		}
+	}
+	return f
+}
+
+// queue queues f on pipe, WAIT first: ROLE then tells the replicas
+// after the wait.
+func (f followUp) queue(ctx context.Context, pipe redis.Pipeliner) {
+	if f.wait != nil {
+		_ = pipe.Process(ctx, f.wait)
+	}
+	if f.role != nil {
+		_ = pipe.Process(ctx, f.role)
+	}
+}
+
+// answer gives f's answers to the calls that asked for them.
+func (f followUp) answer(calls []*call) {
+	var rep Replication
+	if f.wait != nil {
+		rep.Acked, rep.WaitErr = int(f.wait.Val()), f.wait.Err()
+	}
+	var role Role
+	if f.role != nil {
+		role = parseRole(f.role)
+	}
+	for _, c := range calls {
+		if c.Wait > 0 {
+			c.rep.Acked, c.rep.WaitErr = rep.Acked, rep.WaitErr
+		}
+		if c.Role {
+			c.rep.Role = role
+		}
+	}
+}
+
+// parseRole reads ROLE's answer. A master's is its role, its offset,
+// and one entry per online replica.
+func parseRole(cmd *redis.SliceCmd) Role {
+	v, err := cmd.Result()
+	if err != nil {
+		return Role{Err: err}
+	}
+	if len(v) == 0 {
+		return Role{Err: errors.New("redlock: ROLE answered an empty array")}
+	}
+	name, ok := v[0].(string)
+	if !ok {
+		return Role{Err: fmt.Errorf("redlock: ROLE answered role %v", v[0])}
+	}
+	r := Role{Name: name}
+	if name == "master" {
+		if len(v) < 3 {
+			return Role{Err: fmt.Errorf("redlock: ROLE answered %d fields for a master", len(v))}
+		}
+		replicas, ok := v[2].([]any)
+		if !ok {
+			return Role{Err: fmt.Errorf("redlock: ROLE answered replicas %v", v[2])}
+		}
+		r.Replicas = len(replicas)
+	}
+	return r
 }
 
 // waitCmd returns WAIT for replicas until until, at least 1ms: WAIT 0
@@ -934,16 +1044,6 @@ func (p *Pipeline) batchWait(ctx context.Context, batch []*call) *redis.IntCmd {
 		return nil
 	}
 	return p.waitCmd(ctx, replicas, until)
-}
-
-// setAcked gives WAIT's answer to the calls of batch that wait.
-func setAcked(batch []*call, wait *redis.IntCmd) {
-	n := int(wait.Val())
-	for _, c := range batch {
-		if c.Wait > 0 {
-			c.acked = n
-		}
-	}
 }
 
 // scriptHashes maps a *redis.Script to its SHA1 as an any, so that queued
@@ -1008,18 +1108,20 @@ func (ln *lane) send(batch []*call) (resent bool) {
 	if ln.pipe == nil {
 		ln.pipe = p.piper.Pipeline()
 	}
-	// One WAIT after the batch covers every write of its connection.
-	wait := p.batchWait(ctx, batch)
-	if wait != nil {
-		ln.cmds = append(ln.cmds, wait)
+	// One WAIT and one ROLE after the batch cover every write of its
+	// connection.
+	f := p.followUp(ctx, batch)
+	if f.wait != nil {
+		ln.cmds = append(ln.cmds, f.wait)
+	}
+	if f.role != nil {
+		ln.cmds = append(ln.cmds, f.role)
 	}
 	_ = ln.pipe.BatchProcess(ctx, ln.cmds...)
 	clear(ln.cmds)
 	ln.cmds = ln.cmds[:0]
 	_, _ = ln.pipe.Exec(ctx) // each cmd holds its own error
-	if wait != nil {
-		setAcked(batch, wait)
-	}
+	f.answer(batch)
 
 	// A second resend: FCALLs sent after a FUNCTION LOAD that the master
 	// refused go as EVAL.
@@ -1058,15 +1160,8 @@ func (ln *lane) resend(ctx context.Context, batch []*call) bool {
 		return false
 	}
 	// The calls sent again write only now, maybe on another connection:
-	// a WAIT of their own covers them.
-	wait := p.batchWait(ctx, resent)
-	if wait != nil {
-		_ = ln.pipe.Process(ctx, wait)
-	}
-	_, _ = ln.pipe.Exec(ctx)
-	if wait != nil {
-		setAcked(resent, wait)
-	}
+	// a WAIT and ROLE of their own cover them.
+	p.execFollowed(ctx, ln.pipe, resent)
 	if load != nil {
 		_ = p.loaded(load.Err(), false)
 	}

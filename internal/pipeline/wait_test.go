@@ -18,15 +18,16 @@ import (
 type replicator struct {
 	mu    sync.Mutex
 	acked int
+	role  Role
 	told  bool // Replicated ran
 	done  chan struct{}
 }
 
 func newReplicator() *replicator { return &replicator{acked: -1, done: make(chan struct{})} }
 
-func (r *replicator) Replicated(n int) {
+func (r *replicator) Replicated(rep Replication) {
 	r.mu.Lock()
-	r.acked, r.told = n, true
+	r.acked, r.role, r.told = rep.Acked, rep.Role, true
 	r.mu.Unlock()
 }
 
@@ -149,5 +150,63 @@ type both struct {
 
 func newBoth(f func(int64, error), r *replicator) *both { return &both{f, r} }
 
-func (b *both) Replicated(n int)            { b.r.Replicated(n) }
+func (b *both) Replicated(r Replication)    { b.r.Replicated(r) }
 func (b *both) Complete(v int64, err error) { b.f(v, err) }
+
+// TestRoleFollowsTheCall: a call with Role learns the server's role and
+// its online replicas, read on the call's connection after its WAIT. A
+// call without Wait learns them too: no replica known is no WAIT, but
+// ROLE still shows one that joined. A server without replicas lists
+// none.
+func TestRoleFollowsTheCall(t *testing.T) {
+	p, _ := startReplicated(t)
+	ctx := t.Context()
+	keys := NewKeys("k")
+	call := func(o Options) *replicator {
+		r := newReplicator()
+		p.Go(ctx, incrScript, keys, nil, o, r)
+		return r
+	}
+	r := call(Options{Role: true})
+	assert.Equal(t, 0, r.wait(t), "no WAIT sent")
+	assert.Equal(t, Role{Name: "master", Replicas: 1}, r.role)
+
+	r = call(Options{Role: true, Wait: 1, WaitUntil: time.Now().Add(testLimit)})
+	assert.Equal(t, 1, r.wait(t))
+	assert.Equal(t, Role{Name: "master", Replicas: 1}, r.role)
+
+	// A batch: one ROLE after the batch's WAIT answers every call.
+	first := call(Options{Role: true})
+	rest := []*replicator{call(Options{Role: true}), call(Options{})}
+	first.wait(t)
+	assert.Equal(t, Role{Name: "master", Replicas: 1}, first.role)
+	rest[0].wait(t)
+	assert.Equal(t, Role{Name: "master", Replicas: 1}, rest[0].role)
+	select {
+	case <-rest[1].done:
+	case <-time.After(testLimit):
+		t.Fatal("no answer")
+	}
+	assert.False(t, rest[1].told, "a call without Wait or Role hears nothing")
+
+	_, _, alone := startMaster(t)
+	r = newReplicator()
+	alone.Go(ctx, incrScript, keys, nil, Options{Role: true}, r)
+	r.wait(t)
+	assert.Equal(t, Role{Name: "master"}, r.role)
+}
+
+// TestRoleOfAReplica: ROLE on a (writable) replica says so.
+func TestRoleOfAReplica(t *testing.T) {
+	_, admin, _ := startMaster(t)
+	_, port, err := net.SplitHostPort(admin.Options().Addr)
+	require.NoError(t, err)
+	rs := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--replicaof", "127.0.0.1", port, "--replica-read-only", "no"}})
+	p := New(rs.Clients()[0], testLimit, 1)
+	t.Cleanup(p.Close)
+	r := newReplicator()
+	p.Go(t.Context(), incrScript, NewKeys("k"), nil, Options{Role: true}, r)
+	r.wait(t)
+	assert.Equal(t, "slave", r.role.Name)
+	assert.NoError(t, r.role.Err)
+}

@@ -59,20 +59,26 @@ type Identity interface {
 
 // Durability is an Identity that tells what an agreement of its master
 // needs to outlive the failure of its server. Sentinel or a restart may
-// replace the server by one that lacks the agreement's write.
+// replace the server by one that lacks the agreement's write. Its
+// methods do not block.
 type Durability interface {
-	// Replicas returns how many replicas the server had when last
-	// identified; 0 where none or unknown. A round's call, unless Must,
-	// is then followed by WAIT for them. Its agreement counts only once
-	// they all acknowledged it.
+	MasterState
+	// Replicas returns how many replicas the server had when last seen,
+	// by INFO or ROLE; 0 where none or unknown. Where above 0, a durable
+	// round's call is followed by WAIT for them, then by ROLE.
 	Replicas() int
-	// Unreplicated is the verdict on an agreement that only acked of
-	// the server's replicas acknowledged in time.
-	Unreplicated(acked, replicas int) error
-	// Quarantine returns why an agreement to a Grants round must not
-	// count, or nil. The master reached a new server lately. That server
-	// may lack what would have refused the round.
-	Quarantine() error
+	// Unannounced reports whether replicas may join the server while
+	// Replicas says 0: a Sentinel failover may have moved the master. A
+	// durable round's call is then followed by ROLE all the same.
+	Unannounced() bool
+	// Role learns what ROLE told right after a call's write. It returns
+	// how many replicas the write must have reached. Or it returns why
+	// the agreement must not count: the server is a replica, or ROLE
+	// gave no usable answer.
+	Role(r pipeline.Role) (replicas int, verdict error)
+	// Unreplicated is the verdict on an agreement whose write only acked
+	// of replicas acknowledged in time. cause is WAIT's error, if any.
+	Unreplicated(acked, replicas int, cause error) error
 }
 
 // Work counts the calls that closing waits for.
@@ -164,7 +170,7 @@ type Result struct {
 	Late    bool  // it agreed after the decision: it did not count
 	Val     int64 // its reply
 	Err     error // why it gave no answer, as its pipeline said
-	Verdict error // why its agreement does not count: see slot.verdict
+	Verdict error // why its agreement does not count: see slot.verdict and slot.kept
 	// Silent: the master was silent when the round began, and gave no
 	// answer to it. The decision did not wait for it, or its call was
 	// not sent (Err is ErrSilent). A canary's failure is told as that.
@@ -189,6 +195,9 @@ func (o Outcome) Master(i int) Result {
 		return Result{Silent: silent}
 	}
 	res := Result{Heard: true, Agreed: s.agreed(), Val: s.Val, Err: s.Err, Verdict: s.verdict, Latency: s.latency}
+	if res.Verdict == nil {
+		res.Verdict = s.kept
+	}
 	res.Silent = silent && !answered(s.Err)
 	if res.Agreed && s.late {
 		res.Agreed, res.Late = false, true

@@ -30,8 +30,8 @@ type Many struct {
 // items from First on, in order. A call of one item goes through the
 // master's pipeline and replies with an integer. A call of several goes
 // alone, and replies with an array of integers. Neither is ever shed.
-// No WAIT follows them: an agreement of a master whose server has
-// replicas does not count (see Engine.MayReplicate).
+// Neither WAIT nor ROLE follows them: an agreement of a master whose
+// write may reach replicas does not count (see Engine.MayReplicate).
 type Call struct {
 	Script       *redis.Script
 	Keys         pipeline.Keys
@@ -258,9 +258,7 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 	}
 	server, verdict := r.identify(ctx, i, ask)
 	if verdict == nil {
-		// No WAIT went with the calls: on a master that may replicate,
-		// a failover could lose them. Such agreements never count.
-		verdict = r.e.durability(i, 0, false)
+		verdict = r.e.unwaited(i)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -291,6 +289,24 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 		}
 	}
 }
+
+// unwaited returns why master i's agreement to a call of DoMany does
+// not count, or nil. Neither WAIT nor ROLE follows such a call. Where the
+// write may reach replicas (see mayReplicate), a failover could lose it:
+// Do would have sent both, and judged them.
+func (e *Engine) unwaited(i int) error {
+	d := e.durable[i]
+	if d == nil {
+		return nil
+	}
+	if n := d.Replicas(); mayReplicate(d, n) {
+		return d.Unreplicated(0, n, errUnwaited)
+	}
+	return nil
+}
+
+// errUnwaited is the cause of unwaited's verdict.
+var errUnwaited = errorString("quorum: a call of many items is followed by neither WAIT nor ROLE")
 
 // errWrongCount is the error of a reply that does not answer each item.
 var errWrongCount = errorString("quorum: the reply does not answer each item once")

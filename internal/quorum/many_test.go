@@ -84,16 +84,19 @@ func TestDoManyDecidesEachItemOnItsOwn(t *testing.T) {
 	w.Wait()
 }
 
-// replicatedID is the Identity of a master whose server has replicas.
-type replicatedID struct{}
+// replicatedID is the Identity of a master whose server has replicas,
+// or, unannounced, may have some.
+type replicatedID struct{ replicas int }
 
 func (replicatedID) Known() (string, error, bool)          { return "", nil, true }
 func (replicatedID) Admit(context.Context) (string, error) { return "", nil }
 func (replicatedID) Last() string                          { return "" }
-func (replicatedID) Replicas() int                         { return 1 }
+func (d replicatedID) Replicas() int                       { return d.replicas }
+func (d replicatedID) Unannounced() bool                   { return d.replicas == 0 }
+func (d replicatedID) Role(pipeline.Role) (int, error)     { return d.replicas, nil }
 func (replicatedID) Quarantine() error                     { return nil }
-func (replicatedID) Unreplicated(acked, replicas int) error {
-	return fmt.Errorf("%d of %d replicas acknowledged", acked, replicas)
+func (replicatedID) Unreplicated(acked, replicas int, cause error) error {
+	return fmt.Errorf("%d of %d replicas acknowledged: %w", acked, replicas, cause)
 }
 
 // A master whose server has replicas does not count toward DoMany's
@@ -112,8 +115,14 @@ func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
 	plain := New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
 	t.Cleanup(plain.Stop)
 	assert.False(t, plain.MayReplicate())
-	masters[0].ID, masters[1].ID = replicatedID{}, replicatedID{}
+	// Master 0's server has a replica; master 1's may have one (Sentinel).
+	masters = slices.Clone(masters)
+	masters[1].ID = replicatedID{}
 	e := New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
+	assert.True(t, e.MayReplicate(), "unannounced replicas")
+	e.Stop()
+	masters[0].ID = replicatedID{replicas: 1}
+	e = New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
 	t.Cleanup(e.Stop)
 	require.True(t, e.MayReplicate())
 
@@ -129,7 +138,8 @@ func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
 	r := res.Master(0, 0)
 	assert.True(t, r.Heard)
 	assert.False(t, r.Agreed)
-	assert.EqualError(t, r.Verdict, "0 of 1 replicas acknowledged")
+	assert.ErrorIs(t, r.Verdict, errUnwaited)
+	assert.ErrorContains(t, r.Verdict, "0 of 1 replicas acknowledged")
 	r = res.Master(1, 0)
 	assert.True(t, r.Heard)
 	assert.NoError(t, r.Verdict, "a refusal is judged as a refusal")

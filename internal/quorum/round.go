@@ -69,11 +69,17 @@ type slot struct {
 	i int
 	Answer
 	server string // the master's server, "" if unknown
-	// verdict is why an agreement does not count. The server is a
-	// replica, could not be identified, or counted already. Or a
-	// failover could lose the write (see slot.durable).
+	// verdict is why an agreement does not count, as the server's
+	// identity says. The server is a replica, could not be identified,
+	// or counted already in the round.
 	verdict error
-	acked   int // the replicas that acknowledged the call's write (WAIT)
+	// kept is why an agreement does not count although its server
+	// would. A failover could lose the write (see slot.durable), or the
+	// policy refused it (Judge). verdict, if set, comes first.
+	kept   error
+	target int                  // the replicas its WAIT asked for: Replicas() when sent
+	role   bool                 // ROLE followed the call
+	rep    pipeline.Replication // what WAIT and ROLE told
 	// read: the decider saw this reply before deciding, or awaitUndo
 	// after. Guarded by round.mu until the count closed; the decider's
 	// after that.
@@ -87,12 +93,15 @@ type slot struct {
 }
 
 // agreed reports whether the agreement counts toward the quorum.
-func (s *slot) agreed() bool { return s.Applied() && s.verdict == nil }
+func (s *slot) agreed() bool { return s.Applied() && s.verdict == nil && s.kept == nil }
 
 // failure returns what kept the master from answering, or from counting.
 func (s *slot) failure() error {
-	if s.verdict != nil {
+	switch {
+	case s.verdict != nil:
 		return s.verdict
+	case s.kept != nil:
+		return s.kept
 	}
 	return s.Err
 }
@@ -314,12 +323,17 @@ func (r *round) send(i int) {
 	case sp.Send.Withdraw:
 		opts.Group, opts.Unsent = &r.group, sp.Send.Unsent
 	}
-	// A write a failover may lose waits for the replicas. A Must call's
-	// agreement only tells what is reported: it need not.
-	if d := r.e.durable[i]; d != nil && !sp.Send.Must {
-		if n := d.Replicas(); n > 0 {
-			opts.Wait, opts.WaitUntil = n, r.waitEnd
+	// A durable round's write waits for the replicas its server had. ROLE
+	// then tells how many it has right after: a replica may have joined
+	// since. A master known to have none, and whose server stays put,
+	// pays nothing.
+	if d := r.e.durable[i]; d != nil && !sp.Lossy {
+		// The target is read once: the verdict judges against it.
+		if s.target = d.Replicas(); s.target > 0 {
+			opts.Wait, opts.WaitUntil = s.target, r.waitEnd
 		}
+		s.role = mayReplicate(d, s.target)
+		opts.Role = s.role
 	}
 	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
 }
@@ -343,12 +357,15 @@ func (s *slot) Complete(v int64, err error) {
 	}
 	id := r.e.masters[i].ID
 	switch {
-	case !s.Applied() || id == nil:
+	case !s.Applied():
+	case id == nil:
+		s.judge()
 	case sp.Send.Must:
 		// Such agreements only tell what is reported. They are not held
 		// up to identify the server. The identity last learned, if any,
 		// keeps one server from counting twice.
 		s.server = id.Last()
+		s.judge()
 	default:
 		// A replica does not count toward a quorum. Nor does a server
 		// that counted already in this round.
@@ -357,54 +374,78 @@ func (s *slot) Complete(v int64, err error) {
 			go func() {
 				pprof.SetGoroutineLabels(r.ctx)
 				s.server, s.verdict = id.Admit(r.ctx)
-				s.durable()
+				s.judge()
 				r.answered(i)
 			}()
 			return
 		}
-		s.durable()
+		s.judge()
 	}
 	r.answered(i)
 }
 
-// Replicated takes the answer of the WAIT that followed the slot's call.
-// It runs before Complete, on the same goroutine.
-func (s *slot) Replicated(acked int) { s.acked = acked }
+// Replicated takes what the WAIT and ROLE that followed the slot's call
+// told. It runs before Complete, on the same goroutine.
+func (s *slot) Replicated(rep pipeline.Replication) { s.rep = rep }
 
-// durable sets the verdict on an agreement that a failure of its server
-// could lose. Its write has not reached every replica the server has. Or
-// the round grants, and the master reached a new server lately. Masters
-// without replicas pay nothing: no WAIT was sent, and none is needed.
-func (s *slot) durable() {
-	if s.verdict == nil {
-		s.verdict = s.r.e.durability(s.i, s.acked, s.r.spec.Grants)
+// judge sets kept on an agreement whose server counts: see durable, and
+// the policy's Judge.
+func (s *slot) judge() {
+	if s.verdict != nil {
+		return
 	}
+	d := s.r.e.durable[s.i]
+	if s.kept = s.durable(d); s.kept != nil {
+		return
+	}
+	j, ok := s.r.policy.(Judge)
+	if !ok {
+		return
+	}
+	var m MasterState = noState{}
+	if d != nil {
+		m = d
+	}
+	s.kept = j.Counts(s.i, s.Answer, m)
 }
 
-// durability returns why master i's agreement must not count, or nil:
-// only acked of its server's replicas acknowledged the write. Or grants
-// is set, and the master reached a new server lately (Quarantine). Do
-// and DoMany judge their agreements by it.
-func (e *Engine) durability(i, acked int, grants bool) error {
-	d := e.durable[i]
-	if d == nil {
+// durable returns why an agreement that a failure of its server could
+// lose does not count. Its write must have reached every replica the
+// server had when the call was sent, and every one ROLE listed right
+// after (or, without ROLE, the count now cached). A server that is a
+// replica does not count either.
+func (s *slot) durable(d Durability) error {
+	if d == nil || s.r.spec.Lossy {
 		return nil
 	}
-	if n := d.Replicas(); acked < n {
-		return d.Unreplicated(acked, n)
+	// The count at the verdict: ROLE's, else the cache's, which an INFO
+	// sent after the call (Admit) may have raised.
+	n := d.Replicas()
+	if s.role {
+		var err error
+		if n, err = d.Role(s.rep.Role); err != nil {
+			return err
+		}
 	}
-	if grants {
-		return d.Quarantine()
+	need := max(s.target, n)
+	if s.rep.Acked < need {
+		return d.Unreplicated(s.rep.Acked, need, s.rep.WaitErr)
 	}
 	return nil
 }
 
-// MayReplicate reports whether a master's server may have replicas now.
-// Its writes then need WAIT to outlive a failover: Do sends it, DoMany
-// does not. It is safe for concurrent use, and asks no server.
+// mayReplicate reports whether a write to d's server, which had replicas
+// when the call was sent, may reach replicas. A durable write then needs
+// ROLE after it, and WAIT before that where replicas > 0.
+func mayReplicate(d Durability, replicas int) bool { return replicas > 0 || d.Unannounced() }
+
+// MayReplicate reports whether a write to some master may reach
+// replicas, so that only WAIT and ROLE tell whether a failover would keep
+// it. Do sends them; DoMany does not. It asks no server, and is safe for
+// concurrent use.
 func (e *Engine) MayReplicate() bool {
 	for _, d := range e.durable {
-		if d != nil && d.Replicas() > 0 {
+		if d != nil && mayReplicate(d, d.Replicas()) {
 			return true
 		}
 	}
@@ -452,14 +493,24 @@ func (r *round) answered(i int) {
 func (r *round) tallyLocked(i int) {
 	s := &r.slots[i]
 	s.read = true
-	if s.agreed() && s.server != "" {
+	if s.Applied() && s.verdict == nil && s.server != "" {
 		// One server counts once: the first of its masters to agree. A
 		// master that refused does not stand for its server. The server
-		// may hold the lock in another database.
+		// may hold the lock in another database. That verdict comes
+		// before kept: the server counted already, whatever else.
 		for j := range r.slots {
 			if o := &r.slots[j]; j != i && o.read && o.agreed() && o.server == s.server {
 				s.verdict = r.e.cfg.SameServer(j, i, s.server)
 				break
+			}
+		}
+	}
+	if s.agreed() && s.server != "" {
+		// A master of the same server that agreed earlier without
+		// counting learns why it would not have counted anyway.
+		for j := range r.slots {
+			if o := &r.slots[j]; j != i && o.read && o.Applied() && o.verdict == nil && o.kept != nil && o.server == s.server {
+				o.verdict = r.e.cfg.SameServer(i, j, s.server)
 			}
 		}
 	}

@@ -26,11 +26,11 @@ type Spec struct {
 	TTL time.Duration
 	// Within, if > 0, is the latest the round may be decided.
 	Within time.Duration
-	// Grants: the script may agree where the master holds nothing, and
-	// create what it grants. A master in quarantine (see Durability) may
-	// have lost what would have refused it, so its agreement does not
-	// count.
-	Grants bool
+	// Lossy: an agreement counts even where a failover of its server
+	// could lose its write. Undoing what a lost write did must be safe,
+	// as a release is: the lock then stays until its TTL. Else the round
+	// is durable: see Durability.
+	Lossy  bool
 	Policy Policy // nil: none
 }
 
@@ -38,8 +38,7 @@ type Spec struct {
 type Send struct {
 	// Must: a call is never shed nor dropped. It is sent even if the
 	// caller's context has ended. Its agreements are not held up to
-	// identify the server: the identity last learned counts instead. Nor
-	// does it wait for replicas (see Durability).
+	// identify the server: the identity last learned counts instead.
 	Must bool
 	// Skip, with Must, is asked whether master i needs the call at all.
 	Skip pipeline.Skipper
@@ -81,6 +80,29 @@ type Policy interface {
 	// on a goroutine of its own, or nil.
 	Settled(ctx context.Context, i int, a Answer, counted bool) func()
 }
+
+// Judge is a Policy that has its say on each agreement before it
+// counts. The engine calls Counts where the policy implements it.
+type Judge interface {
+	// Counts returns why master i's agreement a must not count, or nil.
+	// m tells what is known of the master. It runs on the master's
+	// pipeline, or on the goroutine that identified the server: it must
+	// not block.
+	Counts(i int, a Answer, m MasterState) error
+}
+
+// MasterState is what a Judge may ask about a master. It does not block.
+type MasterState interface {
+	// Quarantine returns why the master must count toward nothing that a
+	// lost write would have refused: it reached a new server lately,
+	// which may lack earlier writes. Else nil.
+	Quarantine() error
+}
+
+// noState is the MasterState of a master that cannot be asked.
+type noState struct{}
+
+func (noState) Quarantine() error { return nil }
 
 // NoHooks is a Policy that does nothing. A policy embeds it for the
 // hooks it does not need.
