@@ -12,39 +12,36 @@ import (
 // It suits a script that answers many items at once. Its reply is too
 // large to batch with others, and it is never shed nor queued behind
 // other calls: it takes a connection of its own from the client's pool.
-// It sends FCALL, EVALSHA or EVAL as the Pipeline's other calls go. It
-// blocks until the reply or until ctx ends, which cuts the call off. Once
-// the Pipeline is closed it returns ErrClosed. Close waits for it. It is
+// It sends FCALL, EVALSHA or EVAL as the Pipeline's other calls go. Of
+// opts, only Wait, WaitUntil and Role apply: WAIT and ROLE follow the
+// call on its connection, and what they told is returned. It blocks
+// until the reply or until ctx ends, which cuts the call off. Once the
+// Pipeline is closed it returns ErrClosed. Close waits for it. It is
 // safe for concurrent use.
-func (p *Pipeline) RunValues(ctx context.Context, s *redis.Script, keys Keys, args []any) ([]int64, error) {
+func (p *Pipeline) RunValues(ctx context.Context, s *redis.Script, keys Keys, args []any, opts Options) ([]int64, Replication, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return nil, Replication{}, ErrClosed
 	}
 	p.probeLocked()
 	p.wg.Add(1)
 	p.mu.Unlock()
 	defer p.wg.Done()
 	if err := ctx.Err(); err != nil {
-		return nil, notSent(err)
+		return nil, Replication{}, notSent(err)
 	}
-	var cmd *redis.Cmd
-	if p.proc == nil {
-		cmd = s.Run(ctx, p.client, keys.Names, args...)
-	} else {
-		c := &call{}
-		cmd = p.build(ctx, c, s, keys, args)
-		_ = p.proc.Process(ctx, cmd)
-		if p.fns != nil && noFunction(cmd.Err()) && p.loadFunctions(ctx, false) == nil {
-			cmd = newCmd(ctx, cmd.Args())
-			_ = p.proc.Process(ctx, cmd)
-		}
-		if p.asScript(cmd) {
-			cmd = s.Eval(ctx, p.client, keys.Names, args...)
-		}
+	c := &call{script: s, keys: keys, args: args}
+	c.Wait, c.WaitUntil, c.Role = opts.Wait, opts.WaitUntil, opts.Role
+	if p.proc != nil {
+		c.cmd = p.build(ctx, c, s, keys, args)
 	}
-	return values(cmd)
+	cmd := p.runCmd(ctx, c)
+	if c.Role && p.piper == nil {
+		c.rep.Role.Err = errNoRole
+	}
+	vals, err := values(cmd)
+	return vals, c.rep, err
 }
 
 // values returns cmd's reply as integers (see RunValues).

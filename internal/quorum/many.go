@@ -30,8 +30,8 @@ type Many struct {
 // items from First on, in order. A call of one item goes through the
 // master's pipeline and replies with an integer. A call of several goes
 // alone, and replies with an array of integers. Neither is ever shed.
-// Neither WAIT nor ROLE follows them: an agreement of a master whose
-// write may reach replicas does not count (see Engine.MayReplicate).
+// Each is followed by WAIT and ROLE where Do's call would be, and its
+// agreements are judged as Do judges them (see slot.durable).
 type Call struct {
 	Script       *redis.Script
 	Keys         pipeline.Keys
@@ -63,9 +63,9 @@ func (o ManyOutcome) Master(i, item int) Result {
 	a := Answer{Val: ms.vals[item], Err: ms.errs[item]}
 	res := Result{Heard: true, Val: a.Val, Err: a.Err, Silent: silent && !answered(a.Err)}
 	if a.Applied() { // a verdict judges agreements only, as in Do
-		res.Verdict = ms.verdict
+		res.Verdict = ms.failure(item)
 	}
-	res.Agreed = a.Applied() && ms.verdict == nil
+	res.Agreed = ms.counts(item)
 	return res
 }
 
@@ -77,6 +77,7 @@ type manyRound struct {
 	ready    chan struct{} // cap 1: every item is decided
 	start    time.Time     // when the calls went out
 	deadline time.Time     // of the decision: an answer after it is not in time
+	waitEnd  time.Time     // when WAIT gives up: a quarter of the timeout before deadline
 	silent   uint64        // the masters silent when the round began: not waited for
 
 	mu        sync.Mutex // guards the fields below and the masters' answers
@@ -96,7 +97,24 @@ type manyMaster struct {
 	read    []bool // the decision saw this item's answer
 	left    int    // calls not answered yet
 	server  string // "" if unknown
-	verdict error  // why none of its agreements counts
+	verdict error  // why none of its agreements counts: its server's
+	// kept, per item, is why its agreement does not count although its
+	// server would: a failover could lose it (see judgeDurable). nil
+	// until one is kept.
+	kept []error
+}
+
+// failure returns why the agreement to item does not count, or nil.
+func (ms *manyMaster) failure(item int) error {
+	if ms.verdict != nil || ms.kept == nil {
+		return ms.verdict
+	}
+	return ms.kept[item]
+}
+
+// counts reports whether the answer to item is an agreement that counts.
+func (ms *manyMaster) counts(item int) bool {
+	return (Answer{Val: ms.vals[item], Err: ms.errs[item]}).Applied() && ms.failure(item) == nil
 }
 
 // DoMany runs m on every master in parallel. Each item is decided on its
@@ -144,6 +162,7 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 		timeout = m.Timeout
 	}
 	r.start, r.deadline = res.Start, res.Start.Add(timeout)
+	r.waitEnd = res.Start.Add(timeout * 3 / 4) // as in Do
 	r.silent = e.health.silentSet()
 	// The calls outlive the decision, never the caller's cancellation.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*timeout)
@@ -187,16 +206,20 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 // send sends call c to master i. Its answer is counted when it comes.
 func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitGroup) {
 	ms := r.e.masters[i]
+	opts := pipeline.Options{MustSend: true, Index: i}
+	var w written
+	w.target = r.e.follow(i, &opts, r.waitEnd)
+	w.role = opts.Role
 	if c.Items == 1 {
-		done := &manyCompletion{r: r, i: i, c: c, running: running}
-		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, pipeline.Options{MustSend: true, Index: i}, done)
+		done := &manyCompletion{r: r, i: i, c: c, running: running, w: w}
+		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, opts, done)
 		return
 	}
 	if r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
 		// A silent master would only pile up calls that hold a
 		// connection each. Keeping them back is safe: a renewal that
 		// fails is retried. Its canary, once per interval, is sent.
-		r.answered(ctx, i, c, nil, ErrSilent, false)
+		r.answered(ctx, i, c, nil, ErrSilent, false, w)
 		running.Done()
 		r.e.cfg.Work.Leave(1)
 		return
@@ -205,15 +228,16 @@ func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitG
 	if busy.Add(1) > MaxManyCalls {
 		// The master is behind: more would only queue for a connection.
 		busy.Add(-1)
-		r.answered(ctx, i, c, nil, ErrBehind, false)
+		r.answered(ctx, i, c, nil, ErrBehind, false, w)
 		running.Done()
 		r.e.cfg.Work.Leave(1)
 		return
 	}
 	go func() {
-		vals, err := ms.Pipe.RunValues(ctx, c.Script, c.Keys, c.Args)
+		vals, rep, err := ms.Pipe.RunValues(ctx, c.Script, c.Keys, c.Args, opts)
 		busy.Add(-1)
-		r.answered(ctx, i, c, vals, err, true)
+		w.rep = rep
+		r.answered(ctx, i, c, vals, err, true, w)
 		running.Done()
 		r.e.cfg.Work.Leave(1)
 	}()
@@ -228,25 +252,37 @@ const MaxManyCalls = 8
 // MaxManyCalls under way already. It matches pipeline.ErrNotSent.
 var ErrBehind = fmt.Errorf("%w: %d calls of many items already under way to this master", pipeline.ErrNotSent, MaxManyCalls)
 
+// written is what followed a call's write, and what it asked: see
+// Engine.follow and judgeDurable.
+type written struct {
+	target int                  // the replicas WAIT asked for
+	role   bool                 // ROLE followed
+	rep    pipeline.Replication // what they told
+}
+
 // manyCompletion is the pipeline's Completion of a call of one item.
 type manyCompletion struct {
 	r       *manyRound
 	i       int
 	c       Call
 	running *sync.WaitGroup
+	w       written
 }
+
+// Replicated takes what WAIT and ROLE told, before Complete.
+func (d *manyCompletion) Replicated(rep pipeline.Replication) { d.w.rep = rep }
 
 // Complete counts the answer. It runs on the pipeline, so it does not
 // block: it asks no server who it is.
 func (d *manyCompletion) Complete(v int64, err error) {
-	d.r.answered(context.Background(), d.i, d.c, []int64{v}, err, false)
+	d.r.answered(context.Background(), d.i, d.c, []int64{v}, err, false, d.w)
 	d.running.Done()
 	d.r.e.cfg.Work.Leave(1)
 }
 
-// answered counts master i's answer vals, or err, to call c. ask: it may
-// block to identify the server, under ctx.
-func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, err error, ask bool) {
+// answered counts master i's answer vals, or err, to call c, whose write
+// w followed. ask: it may block to identify the server, under ctx.
+func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, err error, ask bool, w written) {
 	switch h := r.e.health; {
 	case !answered(err) && Unanswered(err):
 		h.missed(i, r.start) // counts once per stall, even if the deadline counted it
@@ -257,8 +293,9 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 		err = errWrongCount
 	}
 	server, verdict := r.identify(ctx, i, ask)
-	if verdict == nil {
-		verdict = r.e.unwaited(i)
+	var kept error
+	if d := r.e.durable[i]; d != nil && verdict == nil && err == nil && anyApplied(vals) {
+		kept = judgeDurable(d, w.target, w.role, w.rep)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -273,8 +310,14 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 		ms.server, ms.verdict = server, verdict
 		r.sameServerLocked(i)
 	}
+	if kept != nil && ms.kept == nil {
+		ms.kept = make([]error, r.items)
+	}
 	for k := range c.Items {
 		item := c.First + k
+		if kept != nil {
+			ms.kept[item] = kept
+		}
 		if err != nil {
 			ms.errs[item] = err
 		} else {
@@ -290,23 +333,15 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 	}
 }
 
-// unwaited returns why master i's agreement to a call of DoMany does
-// not count, or nil. Neither WAIT nor ROLE follows such a call. Where the
-// write may reach replicas (see mayReplicate), a failover could lose it:
-// Do would have sent both, and judged them.
-func (e *Engine) unwaited(i int) error {
-	d := e.durable[i]
-	if d == nil {
-		return nil
+// anyApplied reports whether a reply agrees to some item.
+func anyApplied(vals []int64) bool {
+	for _, v := range vals {
+		if (Answer{Val: v}).Applied() {
+			return true
+		}
 	}
-	if n := d.Replicas(); mayReplicate(d, n) {
-		return d.Unreplicated(0, n, errUnwaited)
-	}
-	return nil
+	return false
 }
-
-// errUnwaited is the cause of unwaited's verdict.
-var errUnwaited = errorString("quorum: a call of many items is followed by neither WAIT nor ROLE")
 
 // errWrongCount is the error of a reply that does not answer each item.
 var errWrongCount = errorString("quorum: the reply does not answer each item once")
@@ -395,7 +430,7 @@ func (r *manyRound) tallyLocked(i, item int) {
 	before := r.decidedLocked(item)
 	ms := &r.masters[i]
 	ms.read[item] = true
-	if (Answer{Val: ms.vals[item], Err: ms.errs[item]}).Applied() && ms.verdict == nil {
+	if ms.counts(item) {
 		r.agreed[item]++
 	} else {
 		r.refused[item]++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,27 +86,36 @@ func TestDoManyDecidesEachItemOnItsOwn(t *testing.T) {
 }
 
 // replicatedID is the Identity of a master whose server has replicas,
-// or, unannounced, may have some.
-type replicatedID struct{ replicas int }
-
-func (replicatedID) Known() (string, error, bool)          { return "", nil, true }
-func (replicatedID) Admit(context.Context) (string, error) { return "", nil }
-func (replicatedID) Last() string                          { return "" }
-func (d replicatedID) Replicas() int                       { return d.replicas }
-func (d replicatedID) Unannounced() bool                   { return d.replicas == 0 }
-func (d replicatedID) Role(pipeline.Role) (int, error)     { return d.replicas, nil }
-func (replicatedID) Quarantine() error                     { return nil }
-func (replicatedID) Unreplicated(acked, replicas int, cause error) error {
-	return fmt.Errorf("%d of %d replicas acknowledged: %w", acked, replicas, cause)
+// or, unannounced, may have some. Role counts its calls, and returns the
+// count it has.
+type replicatedID struct {
+	replicas int
+	roles    atomic.Int32
 }
 
-// A master whose server has replicas does not count toward DoMany's
-// items: no WAIT went with its calls, so a failover could lose them. It
-// is judged as Do judges a call that no replica acknowledged. Its
-// refusals are refusals still. The caller knows beforehand by
-// MayReplicate. A quorum of one of two masters: the round decides once
+func (*replicatedID) Known() (string, error, bool)          { return "", nil, true }
+func (*replicatedID) Admit(context.Context) (string, error) { return "", nil }
+func (*replicatedID) Last() string                          { return "" }
+func (d *replicatedID) Replicas() int                       { return d.replicas }
+func (d *replicatedID) Unannounced() bool                   { return d.replicas == 0 }
+func (*replicatedID) Quarantine() error                     { return nil }
+
+func (d *replicatedID) Role(pipeline.Role) (int, error) {
+	d.roles.Add(1)
+	return d.replicas, nil
+}
+
+func (*replicatedID) Unreplicated(acked, replicas int, _ error) error {
+	return fmt.Errorf("%d of %d replicas acknowledged", acked, replicas)
+}
+
+// DoMany judges an agreement of a master whose server has replicas, or
+// may have some, as Do does (judgeDurable): by what the WAIT and ROLE
+// behind its call told. A fake master's pipeline sends neither: WAIT
+// acknowledges none, so the agreement does not count. Its refusals are
+// refusals still. A quorum of one of two masters: the round decides once
 // one agreement counts, or after both answers.
-func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
+func TestDoManyJudgesReplicationAsDo(t *testing.T) {
 	fakes := []*fakeMaster{{reply: 1}, {reply: 0}}
 	masters := make([]Master, len(fakes))
 	for i, f := range fakes {
@@ -114,17 +124,12 @@ func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
 	}
 	plain := New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
 	t.Cleanup(plain.Stop)
-	assert.False(t, plain.MayReplicate())
 	// Master 0's server has a replica; master 1's may have one (Sentinel).
+	ids := []*replicatedID{{replicas: 1}, {}}
 	masters = slices.Clone(masters)
-	masters[1].ID = replicatedID{}
+	masters[0].ID, masters[1].ID = ids[0], ids[1]
 	e := New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
-	assert.True(t, e.MayReplicate(), "unannounced replicas")
-	e.Stop()
-	masters[0].ID = replicatedID{replicas: 1}
-	e = New(Config{Quorum: 1, MasterTimeout: time.Hour, Work: newWork()}, masters)
 	t.Cleanup(e.Stop)
-	require.True(t, e.MayReplicate())
 
 	one := &Many{Items: 1, Calls: func(int) []Call {
 		return []Call{{Script: redis.NewScript("return 1"), Keys: pipeline.NewKeys("k"), First: 0, Items: 1}}
@@ -138,8 +143,8 @@ func TestDoManyCountsNoUnreplicatedAgreement(t *testing.T) {
 	r := res.Master(0, 0)
 	assert.True(t, r.Heard)
 	assert.False(t, r.Agreed)
-	assert.ErrorIs(t, r.Verdict, errUnwaited)
-	assert.ErrorContains(t, r.Verdict, "0 of 1 replicas acknowledged")
+	assert.EqualError(t, r.Verdict, "0 of 1 replicas acknowledged")
+	assert.Equal(t, int32(1), ids[0].roles.Load(), "ROLE judged")
 	r = res.Master(1, 0)
 	assert.True(t, r.Heard)
 	assert.NoError(t, r.Verdict, "a refusal is judged as a refusal")
