@@ -300,12 +300,11 @@ func cmdstatCalls(t *testing.T, rc *redis.Client, cmd string) int {
 }
 
 // TestRenewalsWaitOnARealReplica: auto-renewed locks on a master with a
-// replica are renewed with WAIT, as Extend is. A batch of many locks in
-// one call sends none: a failover could lose the renewal, and the
-// promoted replica would let the lock go while its owner holds it. So
-// each renewal is a round of its own, followed by WAIT. With the replica
-// paused, no renewal counts (ErrNotReplicated), and the lock is lost.
-// The test counts; it times nothing.
+// replica are renewed with WAIT, as Extend is: the batches' calls are
+// followed by it. Without it a failover could lose a renewal, and the
+// promoted replica would let the lock go while its owner holds it. With
+// the replica paused, no renewal counts (ErrNotReplicated), and the lock
+// is lost. The test counts; it times nothing.
 func TestRenewalsWaitOnARealReplica(t *testing.T) {
 	cl, rs := replicatedMaster(t)
 	ctx := t.Context()

@@ -58,15 +58,9 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.extendLocked(ctx, ttl, name)
-}
-
-// extendLocked is extend once ttl was checked, with l.mu held.
-func (l *Lock) extendLocked(ctx context.Context, ttl time.Duration, name string) error {
 	if err := l.checkHeld(name); err != nil {
 		return err
 	}
-	c := l.client
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
 	res, err := c.do(ctx, &op{name: name, key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
@@ -149,10 +143,10 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 // locks taken together spread out. The Client renews all its locks from
 // one goroutine, not one per lock. Locks due together go in batches: one
 // call per master for many locks, each lock decided by its own quorum.
-// Renewals are never shed behind other calls. While a master's server has
-// replicas, or may gain some (Sentinel), each lock of a batch is renewed
-// by its own round instead, as Extend is, with WAIT and ROLE: a failover
-// must not lose a renewal. A batch may wait a third of
+// Renewals are never shed behind other calls. On a master whose server
+// has replicas, or may gain some (Sentinel), each call is followed by
+// WAIT and ROLE, as Extend's is: a renewal counts there only once every
+// replica has it, so a failover does not lose it. A batch may wait a third of
 // the validity its most pressed lock has left, up to 4*MasterTimeout, so
 // that many locks on a busy master do not fail for want of MasterTimeout.
 // A failed renewal is retried sooner, also at random. A failure on a

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/go-redlock/redlock/internal/quorum"
 )
@@ -275,11 +273,7 @@ func (rn *renewer) takeLocked(c *Client) ([]*renewal, time.Duration) {
 func (rn *renewer) renew(c *Client, batch []*renewal) {
 	defer c.gate.renewals.Done()
 	next := make([]time.Time, len(batch)) // zero: the renewal ended
-	if c.engine.MayReplicate() {
-		rn.renewEach(c, batch, next)
-	} else {
-		rn.renewMany(c, batch, next)
-	}
+	rn.renewMany(c, batch, next)
 	rn.mu.Lock()
 	for i, r := range batch {
 		r.busy = false
@@ -343,42 +337,6 @@ func jitter(d time.Duration) time.Duration {
 		return 0
 	}
 	return rand.N(d)
-}
-
-// renewEach renews each lock of batch by its own round, as Extend does,
-// up to renewEachAtOnce at a time. It writes each renewal's next turn
-// into next. A batch goes this way while a master's server may have
-// replicas (Engine.MayReplicate). Only Do's rounds send WAIT and ROLE:
-// without them, a failover could lose a renewal, and the promoted replica
-// would let the lock go early while its owner still holds it.
-func (rn *renewer) renewEach(c *Client, batch []*renewal, next []time.Time) {
-	var g errgroup.Group
-	g.SetLimit(renewEachAtOnce)
-	for i, r := range batch {
-		g.Go(func() error {
-			next[i] = r.renewOnce()
-			return nil
-		})
-	}
-	_ = g.Wait()
-}
-
-// renewEachAtOnce bounds the rounds of one batch under way at once (see
-// renewEach).
-const renewEachAtOnce = 32
-
-// renewOnce renews r's lock by an extend round, and returns when to
-// renew next, as after does. A lock that another operation holds is
-// retried soon.
-func (r *renewal) renewOnce() time.Time {
-	l := r.l
-	if !l.mu.TryLock() { // an Extend or Release under way
-		return time.Now().Add(jitter(l.client.masterTimeout))
-	}
-	err := l.extendLocked(r, l.ttl, "renew")
-	l.mu.Unlock()
-	l.report() // a loss the round found: EventLost
-	return r.after(err)
 }
 
 // renewItem is one lock of a batch of several.

@@ -459,19 +459,6 @@ func (e *Engine) follow(i int, opts *pipeline.Options, waitEnd time.Time) (targe
 // ROLE after it, and WAIT before that where replicas > 0.
 func mayReplicate(d Durability, replicas int) bool { return replicas > 0 || d.Unannounced() }
 
-// MayReplicate reports whether a write to some master may reach
-// replicas, so that only WAIT and ROLE tell whether a failover would keep
-// it. Do and DoMany send them. It asks no server, and is safe for
-// concurrent use.
-func (e *Engine) MayReplicate() bool {
-	for _, d := range e.durable {
-		if d != nil && mayReplicate(d, d.Replicas()) {
-			return true
-		}
-	}
-	return false
-}
-
 // answered counts master i's answer, unless the count has closed. It
 // runs the policy's Answered. It settles the call now if the round was
 // decided. Else decide settles it.
