@@ -511,3 +511,58 @@ func TestReplicaLearnedInFlightIsWaitedFor(t *testing.T) {
 	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
 	assert.Zero(t, ids[0].roles.Load(), "no ROLE for a plain master without replicas")
 }
+
+// renewRounds is an Observer that passes on each renew round.
+type renewRounds chan Round
+
+func (o renewRounds) ObserveRound(_ context.Context, r Round) {
+	if r.Op == "renew" {
+		select {
+		case o <- r:
+		default:
+		}
+	}
+}
+
+func (renewRounds) ObserveEvent(context.Context, Event) {}
+
+// TestBatchedRenewalJudgesReplication: a renewal batch's agreement on a
+// master with replicas counts only once WAIT saw them take it, as an
+// extend's: a fake master's WAIT acknowledges none, so master 0 reports
+// ErrNotReplicated. Master 1, reached through Sentinel (unannounced
+// replicas), is judged by its ROLE, and counts. Master 2 stalls, so the
+// round waits for its deadline: it reads both others, and fails.
+func TestBatchedRenewalJudgesReplication(t *testing.T) {
+	fs := fakes(3)
+	c, ids := durableClient(t, fs)
+	obs := make(renewRounds, 16)
+	c.observer = obs
+	l, err := c.Acquire(t.Context(), "k", 3*time.Second)
+	require.NoError(t, err)
+	ids[0].replicas.Store(1)
+	ids[1].unannounced.Store(true)
+	fs[2].block(true)
+	unblocked := false
+	defer func() {
+		if !unblocked {
+			fs[2].unblock()
+		}
+	}()
+	roles := ids[1].roles.Load()
+	l.AutoRenew()
+	var rd Round
+	select {
+	case rd = <-obs:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no renewal")
+	}
+	require.Error(t, rd.Err, "a quorum without master 0's unreplicated agreement")
+	assert.ErrorIs(t, rd.Masters[0].Err, ErrNotReplicated, "%v", rd.Masters[0].Err)
+	assert.False(t, rd.Masters[0].Agreed)
+	assert.True(t, rd.Masters[1].Agreed, "%v", rd.Masters[1].Err)
+	assert.Greater(t, ids[1].roles.Load(), roles, "ROLE judged")
+	assert.False(t, rd.Masters[2].Agreed)
+	fs[2].unblock()
+	unblocked = true
+	_ = l.Release(t.Context())
+}
