@@ -439,9 +439,10 @@ func judgeDurable(d Durability, target int, role bool, rep pipeline.Replication)
 }
 
 // follow sets in opts what makes a write to master i durable: WAIT for
-// the replicas its server had, until waitEnd, then ROLE where it may
-// have replicas (see mayReplicate). It returns the replicas WAIT asks
-// for. The count is read once: the verdict judges against it.
+// the replicas its server had, until waitEnd, then ROLE where the write
+// may reach replicas: it had some, or some may join unannounced. It
+// returns the replicas WAIT asks for. The count is read once: the
+// verdict judges against it. Do and DoMany send by it.
 func (e *Engine) follow(i int, opts *pipeline.Options, waitEnd time.Time) (target int) {
 	d := e.durable[i]
 	if d == nil {
@@ -450,14 +451,9 @@ func (e *Engine) follow(i int, opts *pipeline.Options, waitEnd time.Time) (targe
 	if target = d.Replicas(); target > 0 {
 		opts.Wait, opts.WaitUntil = target, waitEnd
 	}
-	opts.Role = mayReplicate(d, target)
+	opts.Role = target > 0 || d.Unannounced()
 	return target
 }
-
-// mayReplicate reports whether a write to d's server, which had replicas
-// when the call was sent, may reach replicas. A durable write then needs
-// ROLE after it, and WAIT before that where replicas > 0.
-func mayReplicate(d Durability, replicas int) bool { return replicas > 0 || d.Unannounced() }
 
 // answered counts master i's answer, unless the count has closed. It
 // runs the policy's Answered. It settles the call now if the round was
