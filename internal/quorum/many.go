@@ -120,12 +120,13 @@ func (ms *manyMaster) counts(item int) bool {
 // DoMany runs m on every master in parallel. Each item is decided on its
 // own, as Do decides one: agreed by a quorum, or beyond it. The round
 // ends once every item is decided, at m.Timeout (MasterTimeout unless
-// set), or when ctx ends. As in Do, a silent master counts as unable to
-// agree until it answers, and is not waited for. Its calls of one item
-// are sent. Those of many are kept back (ErrSilent), but for a canary now
-// and then (see health). Calls still running then go on in the
+// set), or when ctx ends. Calls still running then go on in the
 // background, bounded by LateCallFactor times that, and are not read.
-// Nothing is undone.
+// Nothing is undone. As in Do, a silent master counts as unable to agree
+// until it answers, and is not waited for. Its calls of one item are
+// sent; those of many are kept back (ErrSilent), but for a canary now
+// and then (see health). WAIT and ROLE follow the calls, and judge the
+// agreements, as in Do (see Engine.follow, judgeDurable).
 // Validity is the caller's to judge from Start and Elapsed. Once the Work
 // is closed, DoMany sends nothing and returns ErrClosed.
 func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
