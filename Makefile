@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: all deps demo test image reliability bench bench-quick
+.PHONY: all deps demo test image reliability bench bench-quick leases
 
 all: test
 
@@ -29,3 +29,6 @@ bench: ## run the benchmark suites and write BENCHMARKS.md and docs/bench/*.png 
 
 bench-quick: ## a one-minute smoke run of the same (numbers not meaningful)
 	cd bench && $(GO) run ./cmd/benchreport -quick -noprofile
+
+leases: ## hold 20,000 (2s TTL) and 100,000 (10s TTL) auto-renewed locks for 60s each on five local masters (about 5 min; run on a quiet machine)
+	cd integration && $(GO) test -run 'TestManyLeases' -leases.long -timeout 30m -v .

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,27 +216,10 @@ func TestQuarantineAfterARestartSeen(t *testing.T) {
 // replica acknowledged the write. With the replica paused, its
 // agreement does not count (ErrNotReplicated), and the acquire is undone.
 func TestWaitOnARealReplica(t *testing.T) {
-	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
-	_, port, err := net.SplitHostPort(cl.Masters[0].Addr())
-	require.NoError(t, err)
-	rs := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--replicaof", "127.0.0.1", port}})
+	cl, rs := replicatedMaster(t)
 	ctx := t.Context()
 	replica := rs.Masters[0]
-	t.Cleanup(func() { _ = replica.Resume(context.Background()) })
-	require.Eventually(t, func() bool {
-		info, err := rs.Admin(0).Info(ctx, "replication").Result()
-		return err == nil && infoField(info, "master_link_status") == "up"
-	}, 10*time.Second, 10*time.Millisecond)
-
-	// WAIT blocks for most of MasterTimeout: reads must wait that long.
-	opt := harness.MasterOptions(cl.Masters[0].Addr())
-	opt.ReadTimeout = 10 * time.Second
-	rc := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rc.Close() })
-	// No fencing: a release leaves no counter behind.
-	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	c := replicatedClient(t, cl.Masters[0].Addr(), nil)
 	l, err := c.Acquire(ctx, "k", 10*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, 1, c.nodes[0].id.Replicas())
@@ -251,6 +238,128 @@ func TestWaitOnARealReplica(t *testing.T) {
 	n, err := cl.Admin(0).Exists(ctx, "{j}").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "undone before Acquire returned")
+}
+
+// replicatedMaster starts a master with one replica, and waits until
+// the replica is in sync. The replica is resumed at cleanup.
+func replicatedMaster(t *testing.T) (master, replica *harness.Cluster) {
+	t.Helper()
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	_, port, err := net.SplitHostPort(cl.Masters[0].Addr())
+	require.NoError(t, err)
+	rs := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--replicaof", "127.0.0.1", port}})
+	t.Cleanup(func() { _ = rs.Masters[0].Resume(context.Background()) })
+	require.Eventually(t, func() bool {
+		info, err := rs.Admin(0).Info(t.Context(), "replication").Result()
+		return err == nil && infoField(info, "master_link_status") == "up"
+	}, 10*time.Second, 10*time.Millisecond)
+	return cl, rs
+}
+
+// renewalLog is an Observer that keeps the renewals' events.
+type renewalLog struct {
+	mu       sync.Mutex
+	renewed  int
+	failures []error
+}
+
+func (o *renewalLog) ObserveRound(context.Context, Round) {}
+
+func (o *renewalLog) ObserveEvent(_ context.Context, e Event) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch e.Kind {
+	case EventRenewed:
+		o.renewed++
+	case EventRenewalFailed:
+		o.failures = append(o.failures, e.Err)
+	}
+}
+
+func (o *renewalLog) counts() (renewed int, failures []error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.renewed, slices.Clone(o.failures)
+}
+
+// cmdstatCalls returns how many times the server ran cmd.
+func cmdstatCalls(t *testing.T, rc *redis.Client, cmd string) int {
+	t.Helper()
+	info, err := rc.Info(t.Context(), "commandstats").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		require.NoError(t, err)
+		return n
+	}
+	return 0
+}
+
+// TestRenewalsWaitOnARealReplica: auto-renewed locks on a master with a
+// replica are renewed with WAIT, as Extend is: the batches' calls are
+// followed by it. Without it a failover could lose a renewal, and the
+// promoted replica would let the lock go while its owner holds it. With
+// the replica paused, no renewal counts (ErrNotReplicated), and the lock
+// is lost. The test counts; it times nothing.
+func TestRenewalsWaitOnARealReplica(t *testing.T) {
+	cl, rs := replicatedMaster(t)
+	ctx := t.Context()
+	obs := &renewalLog{}
+	c := replicatedClient(t, cl.Masters[0].Addr(), obs)
+	const locks = 20
+	held := make([]*Lock, locks)
+	for i := range held {
+		l, err := c.Acquire(ctx, fmt.Sprintf("renew-%d", i), 3*time.Second)
+		require.NoError(t, err)
+		held[i] = l
+	}
+	waits := cmdstatCalls(t, cl.Admin(0), "wait")
+	for _, l := range held {
+		l.AutoRenew()
+	}
+	// Two renewals of each lock, about a second apart.
+	require.Eventually(t, func() bool {
+		renewed, _ := obs.counts()
+		return renewed >= 2*locks
+	}, 20*time.Second, 10*time.Millisecond)
+	_, failures := obs.counts()
+	assert.Empty(t, failures)
+	// A pipeline's batch of calls shares one WAIT: at least one went per
+	// renewer's batch, and there were two at least. Nothing else ran.
+	assert.GreaterOrEqual(t, cmdstatCalls(t, cl.Admin(0), "wait")-waits, 2,
+		"renewals went without WAIT")
+	for _, l := range held {
+		assert.True(t, l.Held(), "%s", l.Key())
+	}
+
+	// Paused, the replica acknowledges nothing: no renewal counts.
+	require.NoError(t, rs.Masters[0].Pause(ctx))
+	l := held[0]
+	select {
+	case <-l.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lock outlived its validity without a replicated renewal")
+	}
+	require.ErrorIs(t, l.Err(), ErrNotHeld)
+	// Lost by a renewal that failed, or by its validity running out while
+	// other renewals waited for WAIT: never renewed without the replica.
+	var qe *QuorumError
+	if errors.As(l.Err(), &qe) {
+		assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated, "%v", l.Err())
+	}
+	_, failures = obs.counts()
+	for _, err := range failures {
+		if assert.ErrorAs(t, err, &qe) {
+			assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated, "%v", err)
+		}
+	}
+	for _, l := range held {
+		_ = l.Release(ctx)
+	}
 }
 
 // TestWaitTargetIsReadOnce: the verdict judges the WAIT's answer against
@@ -401,4 +510,59 @@ func TestReplicaLearnedInFlightIsWaitedFor(t *testing.T) {
 	require.ErrorAs(t, err, &qe, "an agreement counted that no WAIT covered")
 	assert.ErrorIs(t, qe.Masters[0].Err, ErrNotReplicated)
 	assert.Zero(t, ids[0].roles.Load(), "no ROLE for a plain master without replicas")
+}
+
+// renewRounds is an Observer that passes on each renew round.
+type renewRounds chan Round
+
+func (o renewRounds) ObserveRound(_ context.Context, r Round) {
+	if r.Op == "renew" {
+		select {
+		case o <- r:
+		default:
+		}
+	}
+}
+
+func (renewRounds) ObserveEvent(context.Context, Event) {}
+
+// TestBatchedRenewalJudgesReplication: a renewal batch's agreement on a
+// master with replicas counts only once WAIT saw them take it, as an
+// extend's: a fake master's WAIT acknowledges none, so master 0 reports
+// ErrNotReplicated. Master 1, reached through Sentinel (unannounced
+// replicas), is judged by its ROLE, and counts. Master 2 stalls, so the
+// round waits for its deadline: it reads both others, and fails.
+func TestBatchedRenewalJudgesReplication(t *testing.T) {
+	fs := fakes(3)
+	c, ids := durableClient(t, fs)
+	obs := make(renewRounds, 16)
+	c.observer = obs
+	l, err := c.Acquire(t.Context(), "k", 3*time.Second)
+	require.NoError(t, err)
+	ids[0].replicas.Store(1)
+	ids[1].unannounced.Store(true)
+	fs[2].block(true)
+	unblocked := false
+	defer func() {
+		if !unblocked {
+			fs[2].unblock()
+		}
+	}()
+	roles := ids[1].roles.Load()
+	l.AutoRenew()
+	var rd Round
+	select {
+	case rd = <-obs:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no renewal")
+	}
+	require.Error(t, rd.Err, "a quorum without master 0's unreplicated agreement")
+	assert.ErrorIs(t, rd.Masters[0].Err, ErrNotReplicated, "%v", rd.Masters[0].Err)
+	assert.False(t, rd.Masters[0].Agreed)
+	assert.True(t, rd.Masters[1].Agreed, "%v", rd.Masters[1].Err)
+	assert.Greater(t, ids[1].roles.Load(), roles, "ROLE judged")
+	assert.False(t, rd.Masters[2].Agreed)
+	fs[2].unblock()
+	unblocked = true
+	_ = l.Release(t.Context())
 }

@@ -32,7 +32,8 @@ import (
 // error then wraps ErrNoQuorum, and the lock is still held until Until.
 //
 // Extend blocks until the quorum is decided, at most MasterTimeout after
-// any Reenter, Release or renewal of the same Lock under way.
+// any Reenter, Release or renewal of the same Lock under way. A renewal
+// takes up to 4*MasterTimeout (see AutoRenew).
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	err := l.extend(ctx, ttl, "extend")
 	if l.check() == nil {
@@ -41,7 +42,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// extend is Extend; name names the call in errors ("extend", "renew").
+// extend is Extend; name names the call in errors.
 // The caller reports the EventLost it may queue.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error {
 	if err := l.check(); err != nil {
@@ -59,9 +60,6 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 	defer l.mu.Unlock()
 	if err := l.checkHeld(name); err != nil {
 		return err
-	}
-	if name == "renew" {
-		ttl = l.ttl // an Extend may have changed it since the renewal read it
 	}
 	end := c.deadline(time.Now(), ttl) // of the lock on a master this round reaches
 	l.sendsTTL(ttl)
@@ -83,8 +81,8 @@ func (l *Lock) extend(ctx context.Context, ttl time.Duration, name string) error
 		return fmt.Errorf("%s: %w", name, err) // err names the key and why
 	}
 	l.ttl = ttl
-	if l.renew != nil && name != "renew" {
-		l.renew.replanned()
+	if l.renew != nil {
+		l.renew.replanned(ttl, l.Until())
 	}
 	return nil
 }
@@ -119,6 +117,14 @@ func (l *Lock) loseIfRefused(err error) {
 // is not repaired. What it sets, the Lock's release deletes. It blocks
 // for one call.
 func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64, token uint64) {
+	if args := l.repairArgs(until, holds, token); args != nil {
+		_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
+	}
+}
+
+// repairArgs returns the arguments of a repair (see repairOn), or nil
+// where none is due. It marks the Lock repaired.
+func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 	end := until
 	if u := l.Until(); u.Before(end) {
 		end = u
@@ -126,47 +132,32 @@ func (l *Lock) repairOn(ctx context.Context, i int, until time.Time, holds int64
 	ttl := time.Until(end).Truncate(time.Millisecond)
 	l.repaired.Store(true) // before reading the stage: see repaired
 	if ttl <= 0 || l.life.ended() {
-		return
+		return nil
 	}
-	args := l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
-	_, _ = l.client.nodes[i].eval(ctx, l.mode.repair, l.keys, args, false)
-}
-
-// renewal is a running auto-renewal. Its fields are set by startRenewal,
-// then never changed.
-type renewal struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	lost   <-chan struct{} // the lock's Done
-	replan chan struct{}   // cap 1: an Extend changed the lock's TTL
-}
-
-// replanned tells the renewal that an Extend changed the lock's TTL and
-// validity, which may now call for a renewal sooner. It does not block.
-func (r *renewal) replanned() {
-	select {
-	case r.replan <- struct{}{}:
-	default:
-	}
-}
-
-func (r *renewal) stop() {
-	r.cancel()
-	<-r.done
+	return l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
 }
 
 // AutoRenew keeps the lock held until its last Release. It extends the
 // lock by its current TTL (the last Extend's, if any) over the quorum once
-// about a third of it has passed. It retries sooner after a failure. A
-// failure on a minority of masters does not matter: the quorum still
-// extends. If renewal cannot reach a quorum before the validity would run
-// out, the lock is lost. Done then closes, with the last renewal error in
-// Err. The loss comes at once where the masters that answered that they
-// do not hold it leave too few for a quorum. The last Release, and
-// Client.Close, stop renewal before they return; no renewal runs after.
-// Calling AutoRenew again, on a closed Client, or while the last Release
-// is under way, is a no-op. A Reenter that comes first keeps renewal
-// running.
+// about a third of it has passed, a little earlier at random, so that
+// locks taken together spread out. The Client renews all its locks from
+// one goroutine, not one per lock. Locks due together go in batches: one
+// call per master for many locks, each lock decided by its own quorum.
+// Renewals are never shed behind other calls. On a master whose server
+// has replicas, or may gain some (Sentinel), each call is followed by
+// WAIT and ROLE, as Extend's is: a renewal counts there only once every
+// replica has it, so a failover does not lose it. A batch may wait a third of
+// the validity its most pressed lock has left, up to 4*MasterTimeout, so
+// that many locks on a busy master do not fail for want of MasterTimeout.
+// A failed renewal is retried sooner, also at random. A failure on a
+// minority of masters does not matter: the quorum still extends. If
+// renewal cannot reach a quorum before the validity would run out, the
+// lock is lost. Done then closes, with the last renewal error in Err. The
+// loss comes at once where the masters that answered that they do not
+// hold it leave too few for a quorum. The last Release, and Client.Close,
+// stop renewal before they return; no renewal runs after. Calling
+// AutoRenew again, on a closed Client, or while the last Release is under
+// way, is a no-op. A Reenter that comes first keeps renewal running.
 func (l *Lock) AutoRenew() {
 	if l.check() != nil {
 		return
@@ -179,66 +170,12 @@ func (l *Lock) AutoRenew() {
 	l.report() // the loss startRenewal may have found
 }
 
-// startRenewal starts the renewal goroutine unless the client is closed.
-// l.mu must be held. The caller reports what it queues.
+// startRenewal hands the lock to its client's renewer, unless the
+// client is closing. l.mu must be held. The caller reports what it
+// queues.
 func (l *Lock) startRenewal() {
-	lost := l.watch().done // tracks the lock, so that Client.Close stops the renewal
-	if !l.client.addRenewal() {
-		return
-	}
-	ctx, cancel := context.WithCancel(inBackground(context.Background()))
-	r := &renewal{cancel: cancel, done: make(chan struct{}), lost: lost, replan: make(chan struct{}, 1)}
-	l.renew = r
-	go l.renewLoop(ctx, r)
-}
-
-func (l *Lock) renewLoop(ctx context.Context, r *renewal) {
-	defer l.client.gate.renewals.Done()
-	defer close(r.done)
-	ttl := l.currentTTL()
-	wait := time.Until(l.Until()) - 2*ttl/3
-	timer := time.NewTimer(max(wait, 0))
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.lost:
-			return
-		case <-r.replan:
-			timer.Reset(max(time.Until(l.Until())-2*l.currentTTL()/3, 0))
-			continue
-		case <-timer.C:
-		}
-		err := l.extend(ctx, l.currentTTL(), "renew")
-		l.report()           // a loss the round found: EventLost
-		ttl = l.currentTTL() // what extend used: an Extend may have changed it
-		retry := max(ttl/10, l.client.masterTimeout)
-		switch {
-		case err == nil:
-			if !l.observeHeld(ctx, EventRenewed, nil) {
-				return
-			}
-			wait = time.Until(l.Until()) - 2*ttl/3
-		case ctx.Err() != nil, errors.Is(err, ErrClosed): // Close loses the lock
-			return
-		case time.Until(l.Until()) < retry+l.client.masterTimeout:
-			// The next attempt could not finish in time.
-			if qe, ok := err.(*QuorumError); ok && qe.sentinel == ErrNoQuorum {
-				err = qe.lost("too little validity left to try again") // said once, not wrapped again
-			} else if !errors.Is(err, ErrNotHeld) {
-				err = fmt.Errorf("%w: renew %s: %w", ErrNotHeld, quote(l.key), err)
-			}
-			l.lose(err)
-			l.report()
-			return
-		default:
-			if !l.observeHeld(ctx, EventRenewalFailed, err) {
-				return
-			}
-			wait = retry
-		}
-		timer.Reset(max(wait, 0))
+	if r := l.client.renew.add(l); r != nil {
+		l.renew = r
 	}
 }
 

@@ -17,17 +17,17 @@ const (
 // gate is a Client's lifecycle. It is open, then closing, then closed.
 // At closing, Close ends the live locks and their renewals. At closed, no
 // call to the masters starts, and Close waits for those that did. The
-// step to closing is taken under locksMu, which track and addRenewal
-// hold. So no lock is tracked, and no renewal counted, after it. The step
-// to closed is taken under mu, which enter holds. So no call is counted
-// after it.
+// step to closing is taken under locksMu, which track holds. So no lock
+// is tracked after it. The renewer adds no renewal once closing, and
+// Close stops it after the step. The step to closed is taken under mu,
+// which enter holds. So no call is counted after it.
 type gate struct {
 	state atomic.Uint32 // gateOpen, gateClosing or gateClosed; only forward
 
-	// locksMu guards locks, and Add on renewals once closing.
+	// locksMu guards locks.
 	locksMu  sync.Mutex         // guards locks and the step to closing
 	locks    map[*Lock]struct{} // live locks with a lost-lock signal (see Lock.signal)
-	renewals sync.WaitGroup     // auto-renewal goroutines
+	renewals sync.WaitGroup     // the renewer's goroutine and its batches
 
 	mu       sync.RWMutex   // guards the step to closed against enter
 	inflight sync.WaitGroup // calls to masters, and the work they leave

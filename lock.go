@@ -13,16 +13,22 @@ import (
 // list takes only mutexes further down it:
 //
 //	Lock.mu          a Lock's operations; held across their rounds
+//	renewer.mu       the Client's auto-renewals: their queue and batches
 //	Lock.sigMu       a Lock's life, signal, events and late book
 //	gate.locksMu     the live locks, and the step to closing
+//
+// A renewal batch holds the Lock.mu of each of its locks across its
+// round. It takes them with TryLock, so it never waits for one; a busy
+// lock is retried later. renewer.mu is let go before a lock is lost, and
+// before any I/O.
 //
 // Lock.mu is held across a round, so every mutex that a round or a
 // hand-off takes comes after it. Lock.sigMu calls Client.track and
 // Client.untrack, which take gate.locksMu. The other mutexes are leaves:
 // nothing is taken while one is held. They are gate.mu, watchSet.mu,
 // watch.mu, contestedSet.mu, idCache.mu and preparation.mu. So are the
-// engine's round.mu, cleaner.mu, timeouts.mu and health.mu, in
-// internal/quorum.
+// engine's round.mu, manyRound.mu, cleaner.mu, timeouts.mu and
+// health.mu, in internal/quorum.
 // watchSet.mu and watch.mu are never held together.
 //
 // Two calls out are never made under Lock.sigMu: I/O, and the Observer.
@@ -41,7 +47,7 @@ type Lock struct {
 	mu    sync.Mutex // serializes operations; guards the fields below
 	ttl   time.Duration
 	holds int
-	renew *renewal
+	renew *renewal // the Lock's auto-renewal, nil if none: see AutoRenew
 	// stopping: the last Release is stopping renewal, with mu let go.
 	// AutoRenew then starts none.
 	stopping bool

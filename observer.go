@@ -26,7 +26,8 @@ import (
 // mutexes, so a blocked Observer does not hold up Done, Err, Context or
 // Held. It holds up the goroutine it blocks. That is an operation of the
 // Lock on the caller's goroutine, or the Lock's renewal, which Release
-// and Client.Close wait for. It also holds up the Lock's later events.
+// and Client.Close wait for. A renewal's batch holds other locks'
+// renewals too. It also holds up the Lock's later events.
 // The goroutine it blocks reports them after it, in order.
 //
 // One Lock's events come in order. Those of different Locks, even of one

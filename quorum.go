@@ -122,40 +122,49 @@ func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *Qu
 // the agreements and the upgrade replies.
 func (c *Client) masterResults(o *op, res quorum.Outcome, ctxErr error) (ms []MasterResult, agreed, upgrades int) {
 	ms = make([]MasterResult, len(c.nodes))
+	refused := ErrNotHeld
+	if o.refused != nil {
+		refused = o.refused
+	}
 	for i := range c.nodes {
-		m := MasterResult{Master: c.nodes[i].name}
-		switch r := res.Master(i); {
-		case r.Silent: // not waited for, or not sent
-			m.Err = ErrMasterSilent
-		case r.Heard:
-			m.Agreed, m.Err, m.Latency = r.Agreed, closedError(r.Err), r.Latency
-			if r.Verdict != nil { // the identification's error, as it is
-				m.Err = r.Verdict
-			}
-			if r.Late { // the decision did not count it
-				m.Err = errAgreedLate
-			}
-			if m.Agreed {
-				agreed++
-			}
-			switch {
-			case r.Err == nil && r.Val == replyUpgrade:
-				m.Err = ErrUpgrade
-				upgrades++
-			case m.Err == nil && !m.Agreed: // it answered no
-				m.Err = ErrNotHeld
-				if o.refused != nil {
-					m.Err = o.refused
-				}
-			}
-		case ctxErr != nil:
-			m.Err = ctxErr
-		case res.TimedOut:
-			m.Err = ErrMasterTimeout
-		default:
-			m.Err = ErrNoReply
+		r := res.Master(i)
+		m := c.masterResult(i, r, refused, ctxErr, res.TimedOut)
+		if m.Agreed {
+			agreed++
+		}
+		if r.Heard && r.Err == nil && r.Val == replyUpgrade {
+			m.Err = ErrUpgrade
+			upgrades++
 		}
 		ms[i] = m
 	}
 	return ms, agreed, upgrades
+}
+
+// masterResult reports master i's part r in a round (see masterResults).
+// refused is the error of a master that answered no.
+func (c *Client) masterResult(i int, r quorum.Result, refused, ctxErr error, timedOut bool) MasterResult {
+	m := MasterResult{Master: c.nodes[i].name}
+	switch {
+	case r.Silent: // not waited for, or not sent
+		m.Err = ErrMasterSilent
+	case r.Heard:
+		m.Agreed, m.Err, m.Latency = r.Agreed, closedError(r.Err), r.Latency
+		if r.Verdict != nil { // the identification's error, as it is
+			m.Err = r.Verdict
+		}
+		if r.Late { // the decision did not count it
+			m.Err = errAgreedLate
+		}
+		if m.Err == nil && !m.Agreed { // it answered no
+			m.Err = refused
+		}
+	case ctxErr != nil:
+		m.Err = ctxErr
+	case timedOut:
+		m.Err = ErrMasterTimeout
+	default:
+		m.Err = ErrNoReply
+	}
+	return m
 }

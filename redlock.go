@@ -138,11 +138,12 @@ type Options struct {
 // results) and do nothing. Between operations a Client keeps, per master,
 // the goroutines that send its calls, waiting for the next ones. That is
 // one goroutine, or two for a client of one master. A client that cannot
-// pipeline keeps up to 16 that ran calls. Close ends them. Besides them,
-// only live locks' renewals run, and work that ends by itself: cleanup
-// retries once their keys would have expired, a release subscription 2s
-// after its last waiter. A silent master is tried again by later calls,
-// not by a goroutine of its own.
+// pipeline keeps up to 16 that ran calls. Once a lock is auto-renewed,
+// one more goroutine plans every renewal, however many locks are held.
+// Close ends them. Besides them, only renewals under way run, and work
+// that ends by itself: cleanup retries once their keys would have
+// expired, a release subscription 2s after its last waiter. A silent
+// master is tried again by later calls, not by a goroutine of its own.
 type Client struct {
 	config              // set by New, then never changed
 	nodes     []node    // set by New, then never changed
@@ -152,6 +153,7 @@ type Client struct {
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
 	engine    *quorum.Engine // runs the rounds; set by New
+	renew     renewer        // the auto-renewed locks
 	// longest is the longest TTL any call of the Client asked a master
 	// for, in nanoseconds. It is how long a master that reached a new
 	// server counts toward no new lock. Atomic: Locks raise it.
@@ -533,19 +535,6 @@ func (c *Client) untrack(l *Lock) {
 	g.locksMu.Unlock()
 }
 
-// addRenewal counts a renewal goroutine about to start. Once Close has
-// begun, it counts nothing and reports false.
-func (c *Client) addRenewal() bool {
-	g := &c.gate
-	g.locksMu.Lock()
-	defer g.locksMu.Unlock()
-	if g.closing() {
-		return false
-	}
-	g.renewals.Add(1)
-	return true
-}
-
 // closeLocks steps to closing, ends every live lock with ErrClosed, and
 // waits for the renewals to stop. Locks without a signal need nothing:
 // Held and Err check closing.
@@ -554,5 +543,6 @@ func (c *Client) closeLocks() {
 		l.lose(ErrClosed)
 		l.report()
 	}
+	c.renew.close()
 	c.gate.renewals.Wait()
 }

@@ -29,7 +29,8 @@ import (
 // auto-renewal before it sends anything, and closes Done with
 // ErrReleased.
 //
-// Release blocks until the quorum is decided, at most MasterTimeout. The
+// Release blocks until the quorum is decided, at most MasterTimeout, after
+// the renewal of the Lock under way, if any (up to 4*MasterTimeout). The
 // delete still reaches slower masters in the background. It is retried
 // where a master gave no answer, until the master answers or the lock
 // would have expired there anyway (see Client.Close).

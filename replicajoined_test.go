@@ -30,14 +30,15 @@ func replicaOf(t *testing.T, master string) (*harness.Cluster, *atomic.Bool) {
 }
 
 // replicatedClient returns a Client of one master, with reads long
-// enough for WAIT, and no fencing counter.
-func replicatedClient(t *testing.T, addr string) *Client {
+// enough for WAIT, no fencing counter (a release leaves none behind), a
+// 2s master timeout, and obs, if not nil. It is closed at cleanup.
+func replicatedClient(t *testing.T, addr string, obs Observer) *Client {
 	t.Helper()
 	opt := harness.MasterOptions(addr)
 	opt.ReadTimeout = 10 * time.Second
 	rc := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rc.Close() })
-	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true})
+	c, err := New([]*redis.Client{rc}, &Options{MasterTimeout: 2 * time.Second, NoFencing: true, Observer: obs})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -53,7 +54,7 @@ func TestReplicaJoinedLaterIsWaitedFor(t *testing.T) {
 	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
 	ctx := t.Context()
 	replicaOf(t, cl.Masters[0].Addr())
-	a := replicatedClient(t, cl.Masters[0].Addr())
+	a := replicatedClient(t, cl.Masters[0].Addr(), nil)
 	l, err := a.Acquire(ctx, "warm", 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
@@ -89,7 +90,7 @@ func TestReplicaJoinedLaterIsWaitedFor(t *testing.T) {
 func TestReplicaOfAPlainMasterIsSeenByVerify(t *testing.T) {
 	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
 	ctx := t.Context()
-	a := replicatedClient(t, cl.Masters[0].Addr())
+	a := replicatedClient(t, cl.Masters[0].Addr(), nil)
 	l, err := a.Acquire(ctx, "warm", 10*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))

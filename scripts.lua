@@ -261,13 +261,32 @@ if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 if less(token, ARGV[3]) then redis.call('SET', KEYS[1], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL') end
 return 1
 
---- extend @value @ttl
--- Sets a new TTL only where this Lock still holds the lock, never a shorter
--- one (see @ttl); a missing key is never re-created.
-local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
-if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
-lengthen(KEYS[1], tonumber(ARGV[2]))
-return 1
+--- @extendHeld
+-- extendHeld sets key's TTL to ttl (ms) only where the Lock of nonce and
+-- owner still holds the lock, never a shorter one (see @ttl). A missing
+-- key is never re-created. It replies 1 where it did, else 0.
+local function extendHeld(key, owner, ttl, nonce)
+  local _, _, _, holder = parse(redis.call('GET', key))
+  if holder ~= holderOf(nonce, owner) then return 0 end
+  lengthen(key, ttl)
+  return 1
+end
+
+--- extend @value @ttl @extendHeld
+-- Sets a new TTL only where this Lock still holds the lock.
+return extendHeld(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[6])
+
+--- extend_many @value @ttl @extendHeld
+-- Extends many Locks at once, for auto-renewal: one call per master for
+-- them all. KEYS are each Lock's main key; ARGV holds three arguments per
+-- Lock: owner, TTL (ms), nonce. It replies an array: each Lock's reply to
+-- extend, in order.
+local replies = {}
+for i = 1, #KEYS do
+  local a = 3 * i - 2
+  replies[i] = extendHeld(KEYS[i], ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2])
+end
+return replies
 
 --- repair @value @tokens @readers @ttl
 -- After an extend that a quorum decided without this master, sets the
@@ -389,15 +408,34 @@ lengthen(KEYS[3], tonumber(ARGV[2]))
 markReaders(KEYS[1], tonumber(ARGV[2]))
 return 1
 
---- read_extend @readers @ttl
-local now = trimReaders(KEYS)
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[6] then return 0 end
-redis.call('ZADD', KEYS[2], 'XX', 'GT', now + tonumber(ARGV[2]), ARGV[1]) -- never shorter (see @ttl)
-lengthen(KEYS[2], tonumber(ARGV[2]))
-lengthen(KEYS[3], tonumber(ARGV[2]))
-markReaders(KEYS[1], tonumber(ARGV[2]))
-return 1
+--- @extendReader
+-- extendReader extends the read hold of owner with nonce for ttl (ms),
+-- never shorter (see @ttl); keys are the read-write lock's four keys. It
+-- replies 1 where owner holds it, else 0.
+local function extendReader(keys, owner, ttl, nonce)
+  local now = trimReaders(keys)
+  if not redis.call('ZSCORE', keys[2], owner) then return 0 end
+  if redis.call('HGET', keys[3], owner) ~= nonce then return 0 end
+  redis.call('ZADD', keys[2], 'XX', 'GT', now + ttl, owner)
+  lengthen(keys[2], ttl)
+  lengthen(keys[3], ttl)
+  markReaders(keys[1], ttl)
+  return 1
+end
+
+--- read_extend @readers @ttl @extendReader
+return extendReader(KEYS, ARGV[1], tonumber(ARGV[2]), ARGV[6])
+
+--- read_extend_many @readers @ttl @extendReader
+-- read_extend for many Locks at once (see extend_many): KEYS are each
+-- Lock's four keys, ARGV three arguments per Lock.
+local replies = {}
+for i = 1, #KEYS / 4 do
+  local k, a = 4 * i - 3, 3 * i - 2
+  local keys = {KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]}
+  replies[i] = extendReader(keys, ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2])
+end
+return replies
 
 --- read_release @readers
 trimReaders(KEYS)

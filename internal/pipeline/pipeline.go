@@ -889,9 +889,14 @@ func newCmd(ctx context.Context, argv []any) *redis.Cmd {
 // where the master lost the function, after loading it again; as EVAL
 // where the FCALL did not run and a script would (see asScript).
 func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
+	return p.runCmd(ctx, c).Int64()
+}
+
+// runCmd is runAlone, and returns the command answered.
+func (p *Pipeline) runCmd(ctx context.Context, c *call) *redis.Cmd {
 	s, keys, args := c.script, c.keys, c.args
 	if p.proc == nil {
-		return s.Run(ctx, p.client, keys.Names, args...).Int64()
+		return s.Run(ctx, p.client, keys.Names, args...)
 	}
 	cmd := c.cmd // built with the call's context; ctx is what bounds it
 	p.process(ctx, c, cmd)
@@ -901,13 +906,13 @@ func (p *Pipeline) runAlone(ctx context.Context, c *call) (int64, error) {
 	}
 	if p.asScript(cmd) {
 		if !p.follows(c) {
-			return s.Eval(ctx, p.client, keys.Names, args...).Int64()
+			return s.Eval(ctx, p.client, keys.Names, args...)
 		}
 		pipe := p.piper.Pipeline()
 		cmd = s.Eval(ctx, pipe, keys.Names, args...) // queued
 		p.execFollowed(ctx, pipe, []*call{c})
 	}
-	return cmd.Int64()
+	return cmd
 }
 
 // follows reports whether call c is followed by WAIT or ROLE.

@@ -210,3 +210,32 @@ func TestRoleOfAReplica(t *testing.T) {
 	assert.Equal(t, "slave", r.role.Name)
 	assert.NoError(t, r.role.Err)
 }
+
+// incrMany increments each of its keys, and replies with their values.
+var incrMany = redis.NewScript(`
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('INCR', KEYS[i]) end
+return out`)
+
+// TestRunValuesWaitsAndAsksRole: a call of RunValues with Wait and Role
+// is followed, on its connection, by WAIT and ROLE, and returns what they
+// told. With the replica paused, WAIT gives up at WaitUntil with 0: so it
+// went behind the call's own write.
+func TestRunValuesWaitsAndAsksRole(t *testing.T) {
+	p, replica := startReplicated(t)
+	ctx := t.Context()
+	keys := NewKeys("a", "b")
+	vals, rep, err := p.RunValues(ctx, incrMany, keys, nil, Options{Wait: 1, WaitUntil: time.Now().Add(testLimit), Role: true})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 1}, vals)
+	assert.Equal(t, 1, rep.Acked)
+	assert.NoError(t, rep.WaitErr)
+	assert.Equal(t, Role{Name: "master", Replicas: 1}, rep.Role)
+
+	require.NoError(t, replica.Pause(ctx))
+	vals, rep, err = p.RunValues(ctx, incrMany, keys, nil, Options{Wait: 1, WaitUntil: time.Now().Add(100 * time.Millisecond)})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2, 2}, vals)
+	assert.Zero(t, rep.Acked, "a paused replica acknowledges nothing")
+	assert.Equal(t, Role{}, rep.Role, "no ROLE asked")
+}

@@ -109,11 +109,13 @@ type Engine struct {
 	// The deadlines of rounds: decisions after MasterTimeout, calls
 	// after LateCallFactor times that.
 	decisions, calls timeouts
+
+	many []manyState // per master: see DoMany
 }
 
 // New returns an Engine for masters.
 func New(cfg Config, masters []Master) *Engine {
-	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters))}
+	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters)), many: make([]manyState, len(masters))}
 	e.health = newHealth(len(masters), cfg.Quorum, cfg.MasterTimeout)
 	e.durable = make([]Durability, len(masters))
 	for i, m := range masters {

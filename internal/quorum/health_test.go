@@ -112,6 +112,16 @@ func (f *fakeMaster) resume() {
 	f.mu.Unlock()
 }
 
+// stall stalls f, and returns resume, which ends the stall once. The
+// test's cleanup ends it otherwise, before the pipelines close.
+func stall(t *testing.T, f *fakeMaster) (resume func()) {
+	f.stall()
+	var once sync.Once
+	resume = func() { once.Do(f.resume) }
+	t.Cleanup(resume)
+	return resume
+}
+
 // wait waits while f is stalled, or until ctx ends.
 func (f *fakeMaster) wait(ctx context.Context) error {
 	f.mu.Lock()
@@ -181,13 +191,7 @@ func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
 		Keys:   pipeline.NewKeys("k"),
 		Send:   Send{Withdraw: true},
 	}
-	fakes[0].stall()
-	resumed := false
-	defer func() {
-		if !resumed {
-			fakes[0].resume()
-		}
-	}()
+	resume := stall(t, fakes[0])
 
 	// The deadline is an hour away. The test brings it forward, once the
 	// four other masters answered: expireAll stands for it.
@@ -241,8 +245,7 @@ func TestRoundDoesNotWaitForSilentMaster(t *testing.T) {
 	assert.True(t, e.health.isSilent(0), "a skipped call made the silent master healthy")
 	assert.Equal(t, sent, fakes[0].calls.Load())
 
-	fakes[0].resume()
-	resumed = true
+	resume()
 	// The stalled calls are answered now, before their rounds' deadline.
 	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
 		require.Less(t, time.Since(start), 10*time.Second, "no answer brought the master back")
@@ -412,13 +415,7 @@ func TestSilentMasterGetsOneCanaryPerInterval(t *testing.T) {
 	fakes := []*fakeMaster{{reply: 1}, {reply: 1}, {reply: 1}, {reply: 0}, {reply: 0}}
 	e := testEngine(t, fakes)
 	e.health.every = time.Hour
-	fakes[0].stall()
-	resumed := false
-	defer func() {
-		if !resumed {
-			fakes[0].resume()
-		}
-	}()
+	resume := stall(t, fakes[0])
 	silence(t, e, 0)
 
 	// rounds runs n split votes at once. It returns how many sent their
@@ -460,8 +457,7 @@ func TestSilentMasterGetsOneCanaryPerInterval(t *testing.T) {
 	assert.Equal(t, int32(1), fakes[0].calls.Load())
 	assert.True(t, e.health.isSilent(0), "a canary in flight is no answer")
 
-	fakes[0].resume() // the canary is answered within its round's hour
-	resumed = true
+	resume() // the canary is answered within its round's hour
 	for start := time.Now(); e.health.isSilent(0); time.Sleep(time.Millisecond) {
 		require.Less(t, time.Since(start), 10*time.Second, "the canary's answer did not bring the master back")
 	}

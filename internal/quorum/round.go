@@ -327,13 +327,9 @@ func (r *round) send(i int) {
 	// then tells how many it has right after: a replica may have joined
 	// since. A master known to have none, and whose server stays put,
 	// pays nothing.
-	if d := r.e.durable[i]; d != nil && !sp.Lossy {
-		// The target is read once: the verdict judges against it.
-		if s.target = d.Replicas(); s.target > 0 {
-			opts.Wait, opts.WaitUntil = s.target, r.waitEnd
-		}
-		s.role = s.target > 0 || d.Unannounced()
-		opts.Role = s.role
+	if !sp.Lossy {
+		s.target = r.e.follow(i, &opts, r.waitEnd)
+		s.role = opts.Role
 	}
 	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
 }
@@ -418,20 +414,45 @@ func (s *slot) durable(d Durability) error {
 	if d == nil || s.r.spec.Lossy {
 		return nil
 	}
+	return judgeDurable(d, s.target, s.role, s.rep)
+}
+
+// judgeDurable returns why an agreement of d's master does not count, or
+// nil (see slot.durable). target is the replicas its WAIT asked for,
+// role whether ROLE followed, rep what they told. Do and DoMany judge
+// by it.
+func judgeDurable(d Durability, target int, role bool, rep pipeline.Replication) error {
 	// The count at the verdict: ROLE's, else the cache's, which an INFO
 	// sent after the call (Admit) may have raised.
 	n := d.Replicas()
-	if s.role {
+	if role {
 		var err error
-		if n, err = d.Role(s.rep.Role); err != nil {
+		if n, err = d.Role(rep.Role); err != nil {
 			return err
 		}
 	}
-	need := max(s.target, n)
-	if s.rep.Acked < need {
-		return d.Unreplicated(s.rep.Acked, need, s.rep.WaitErr)
+	need := max(target, n)
+	if rep.Acked < need {
+		return d.Unreplicated(rep.Acked, need, rep.WaitErr)
 	}
 	return nil
+}
+
+// follow sets in opts what makes a write to master i durable: WAIT for
+// the replicas its server had, until waitEnd, then ROLE where the write
+// may reach replicas: it had some, or some may join unannounced. It
+// returns the replicas WAIT asks for. The count is read once: the
+// verdict judges against it. Do and DoMany send by it.
+func (e *Engine) follow(i int, opts *pipeline.Options, waitEnd time.Time) (target int) {
+	d := e.durable[i]
+	if d == nil {
+		return 0
+	}
+	if target = d.Replicas(); target > 0 {
+		opts.Wait, opts.WaitUntil = target, waitEnd
+	}
+	opts.Role = target > 0 || d.Unannounced()
+	return target
 }
 
 // answered counts master i's answer, unless the count has closed. It

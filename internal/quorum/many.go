@@ -1,0 +1,461 @@
+package quorum
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/pipeline"
+)
+
+// Many is a round of many independent items at once: each item has its
+// own quorum, but one call to a master answers many items. The engine
+// only reads it.
+type Many struct {
+	Items int // how many items the round decides
+	// Timeout, if > 0, is the latest the round is decided, instead of
+	// MasterTimeout. Its calls are bounded by LateCallFactor times it.
+	Timeout time.Duration
+	// Calls returns the calls to master i. Together they answer every
+	// item once. It is called once per master, before anything is sent.
+	Calls func(i int) []Call
+}
+
+// Call is one call of a Many round to a master. Its reply answers Items
+// items from First on, in order. A call of one item goes through the
+// master's pipeline and replies with an integer. A call of several goes
+// alone, and replies with an array of integers. Neither is ever shed.
+// Each is followed by WAIT and ROLE where Do's call would be, and its
+// agreements are judged as Do judges them (see slot.durable).
+type Call struct {
+	Script       *redis.Script
+	Keys         pipeline.Keys
+	Args         []any
+	First, Items int
+}
+
+// ManyOutcome is what a Many round decided, item by item.
+type ManyOutcome struct {
+	Start   time.Time     // when the round started
+	Elapsed time.Duration // until the decision
+	// TimedOut: the deadline, or ctx, decided before every item was.
+	TimedOut bool
+	m        *manyRound
+}
+
+// Agreed returns how many masters agreed to item, and counted, by the
+// decision.
+func (o ManyOutcome) Agreed(item int) int { return int(o.m.agreed[item]) }
+
+// Master returns master i's part in item as the decision saw it. Only
+// answers read by the decision are told. Latency is not measured.
+func (o ManyOutcome) Master(i, item int) Result {
+	ms := &o.m.masters[i]
+	silent := o.m.silent&(1<<i) != 0
+	if !ms.read[item] {
+		return Result{Silent: silent}
+	}
+	a := Answer{Val: ms.vals[item], Err: ms.errs[item]}
+	res := Result{Heard: true, Val: a.Val, Err: a.Err, Silent: silent && !answered(a.Err)}
+	if a.Applied() { // a verdict judges agreements only, as in Do
+		res.Verdict = ms.failure(item)
+	}
+	res.Agreed = ms.counts(item)
+	return res
+}
+
+// manyRound is the shared state of a Many round. Each master's calls
+// write its answers under mu, unless the decision closed the count.
+type manyRound struct {
+	e        *Engine
+	items    int
+	ready    chan struct{} // cap 1: every item is decided
+	start    time.Time     // when the calls went out
+	deadline time.Time     // of the decision: an answer after it is not in time
+	waitEnd  time.Time     // when WAIT gives up: a quarter of the timeout before deadline
+	silent   uint64        // the masters silent when the round began: not waited for
+
+	mu        sync.Mutex // guards the fields below and the masters' answers
+	masters   []manyMaster
+	agreed    []int32 // per item: agreements counted
+	refused   []int32 // per item: other answers counted
+	undecided int     // items neither agreed nor beyond agreeing
+	pending   int     // masters whose calls have not all been answered
+	closed    bool    // the decision was taken: later answers are not read
+}
+
+// manyMaster is one master's part of a Many round. Guarded by
+// manyRound.mu.
+type manyMaster struct {
+	vals    []int64
+	errs    []error
+	read    []bool // the decision saw this item's answer
+	left    int    // calls not answered yet
+	server  string // "" if unknown
+	verdict error  // why none of its agreements counts: its server's
+	// kept, per item, is why its agreement does not count although its
+	// server would: a failover could lose it (see judgeDurable). nil
+	// until one is kept.
+	kept []error
+}
+
+// failure returns why the agreement to item does not count, or nil.
+func (ms *manyMaster) failure(item int) error {
+	if ms.verdict != nil || ms.kept == nil {
+		return ms.verdict
+	}
+	return ms.kept[item]
+}
+
+// counts reports whether the answer to item is an agreement that counts.
+func (ms *manyMaster) counts(item int) bool {
+	return (Answer{Val: ms.vals[item], Err: ms.errs[item]}).Applied() && ms.failure(item) == nil
+}
+
+// DoMany runs m on every master in parallel. Each item is decided on its
+// own, as Do decides one: agreed by a quorum, or beyond it. The round
+// ends once every item is decided, at m.Timeout (MasterTimeout unless
+// set), or when ctx ends. Calls still running then go on in the
+// background, bounded by LateCallFactor times that, and are not read.
+// Nothing is undone. As in Do, a silent master counts as unable to agree
+// until it answers, and is not waited for. Its calls of one item are
+// sent; those of many are kept back (ErrSilent), but for a canary now
+// and then (see health). WAIT and ROLE follow the calls, and judge the
+// agreements, as in Do (see Engine.follow, judgeDurable).
+// Validity is the caller's to judge from Start and Elapsed. Once the Work
+// is closed, DoMany sends nothing and returns ErrClosed.
+func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
+	n := len(e.masters)
+	calls := make([][]Call, n)
+	total := 0
+	for i := range n {
+		calls[i] = m.Calls(i)
+		total += len(calls[i])
+	}
+	if !e.cfg.Work.Enter(total) {
+		return ManyOutcome{}, ErrClosed
+	}
+	r := &manyRound{e: e, items: m.Items, ready: make(chan struct{}, 1), masters: make([]manyMaster, n),
+		agreed: make([]int32, m.Items), refused: make([]int32, m.Items), undecided: m.Items, pending: n}
+	for i := range r.masters {
+		ms := &r.masters[i]
+		ms.vals, ms.errs, ms.read, ms.left = make([]int64, m.Items), make([]error, m.Items), make([]bool, m.Items), len(calls[i])
+		if ms.left == 0 {
+			r.pending--
+		}
+	}
+	res := ManyOutcome{Start: time.Now(), m: r}
+	if ctx.Err() != nil { // nothing sent: nothing is heard
+		e.cfg.Work.Leave(total)
+		r.closed, res.TimedOut = true, r.undecided > 0
+		return res, nil
+	}
+	if m.Items == 0 {
+		r.ready <- struct{}{}
+	}
+	timeout := e.cfg.MasterTimeout
+	if m.Timeout > 0 {
+		timeout = m.Timeout
+	}
+	r.start, r.deadline = res.Start, res.Start.Add(timeout)
+	r.waitEnd = res.Start.Add(timeout * 3 / 4) // as in Do
+	r.silent = e.health.silentSet()
+	// The calls outlive the decision, never the caller's cancellation.
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*timeout)
+	var running sync.WaitGroup
+	for i := range calls {
+		for _, c := range calls[i] {
+			running.Add(1)
+			r.send(callCtx, i, c, &running)
+		}
+	}
+	go func() { // ends the calls' context once the last is answered
+		running.Wait()
+		cancel()
+	}()
+	timer := time.NewTimer(timeout)
+	expired := false
+	select {
+	case <-r.ready:
+	case <-timer.C:
+		expired = true
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	r.mu.Lock()
+	r.closed = true
+	res.TimedOut = r.undecided > 0
+	var missed uint64 // the masters the deadline decided without
+	for i := range r.masters {
+		if expired && res.TimedOut && r.masters[i].left > 0 {
+			missed |= 1 << i
+		}
+	}
+	r.mu.Unlock()
+	for ; missed != 0; missed &= missed - 1 {
+		e.health.missed(bits.TrailingZeros64(missed), r.start)
+	}
+	res.Elapsed = time.Since(res.Start)
+	return res, nil
+}
+
+// send sends call c to master i. Its answer is counted when it comes.
+func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitGroup) {
+	ms := r.e.masters[i]
+	opts := pipeline.Options{MustSend: true, Index: i}
+	var w written
+	w.target = r.e.follow(i, &opts, r.waitEnd)
+	w.role = opts.Role
+	if c.Items == 1 {
+		done := &manyCompletion{r: r, i: i, c: c, running: running, w: w}
+		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, opts, done)
+		return
+	}
+	if r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
+		// A silent master would only pile up calls that hold a
+		// connection each. Keeping them back is safe: a renewal that
+		// fails is retried. Its canary, once per interval, is sent.
+		r.answered(ctx, i, c, nil, ErrSilent, false, w)
+		running.Done()
+		r.e.cfg.Work.Leave(1)
+		return
+	}
+	busy := &r.e.many[i].calls
+	if busy.Add(1) > MaxManyCalls {
+		// The master is behind: more would only queue for a connection.
+		busy.Add(-1)
+		r.answered(ctx, i, c, nil, ErrBehind, false, w)
+		running.Done()
+		r.e.cfg.Work.Leave(1)
+		return
+	}
+	go func() {
+		vals, rep, err := ms.Pipe.RunValues(ctx, c.Script, c.Keys, c.Args, opts)
+		busy.Add(-1)
+		w.rep = rep
+		r.answered(ctx, i, c, vals, err, true, w)
+		running.Done()
+		r.e.cfg.Work.Leave(1)
+	}()
+}
+
+// MaxManyCalls bounds the calls of many items under way to one master.
+// Each holds a connection until its reply, for up to LateCallFactor
+// times the master timeout, while rounds may be decided much faster.
+const MaxManyCalls = 8
+
+// ErrBehind answers, unsent, a call of many items to a master that has
+// MaxManyCalls under way already. It matches pipeline.ErrNotSent.
+var ErrBehind = fmt.Errorf("%w: %d calls of many items already under way to this master", pipeline.ErrNotSent, MaxManyCalls)
+
+// written is what followed a call's write, and what it asked: see
+// Engine.follow and judgeDurable.
+type written struct {
+	target int                  // the replicas WAIT asked for
+	role   bool                 // ROLE followed
+	rep    pipeline.Replication // what they told
+}
+
+// manyCompletion is the pipeline's Completion of a call of one item.
+type manyCompletion struct {
+	r       *manyRound
+	i       int
+	c       Call
+	running *sync.WaitGroup
+	w       written
+}
+
+// Replicated takes what WAIT and ROLE told, before Complete.
+func (d *manyCompletion) Replicated(rep pipeline.Replication) { d.w.rep = rep }
+
+// Complete counts the answer. It runs on the pipeline, so it does not
+// block: it asks no server who it is.
+func (d *manyCompletion) Complete(v int64, err error) {
+	d.r.answered(context.Background(), d.i, d.c, []int64{v}, err, false, d.w)
+	d.running.Done()
+	d.r.e.cfg.Work.Leave(1)
+}
+
+// answered counts master i's answer vals, or err, to call c, whose write
+// w followed. ask: it may block to identify the server, under ctx.
+func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, err error, ask bool, w written) {
+	switch h := r.e.health; {
+	case !answered(err) && Unanswered(err):
+		h.missed(i, r.start) // counts once per stall, even if the deadline counted it
+	case answered(err) && h.misses[i].Load() != 0 && time.Now().Before(r.deadline):
+		h.heard(i) // the master answers in time again
+	}
+	if err == nil && len(vals) != c.Items {
+		err = errWrongCount
+	}
+	server, verdict := r.identify(ctx, i, ask)
+	var kept error
+	if d := r.e.durable[i]; d != nil && verdict == nil && err == nil && anyApplied(vals) {
+		kept = judgeDurable(d, w.target, w.role, w.rep)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ms := &r.masters[i]
+	if ms.left--; ms.left == 0 {
+		r.pending--
+	}
+	if r.closed {
+		return
+	}
+	if ms.server == "" && ms.verdict == nil {
+		ms.server, ms.verdict = server, verdict
+		r.sameServerLocked(i)
+	}
+	if kept != nil && ms.kept == nil {
+		ms.kept = make([]error, r.items)
+	}
+	for k := range c.Items {
+		item := c.First + k
+		if kept != nil {
+			ms.kept[item] = kept
+		}
+		if err != nil {
+			ms.errs[item] = err
+		} else {
+			ms.vals[item] = vals[k]
+		}
+		r.tallyLocked(i, item)
+	}
+	if r.undecided == 0 || r.pending == 0 {
+		select {
+		case r.ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// anyApplied reports whether a reply agrees to some item.
+func anyApplied(vals []int64) bool {
+	for _, v := range vals {
+		if (Answer{Val: v}).Applied() {
+			return true
+		}
+	}
+	return false
+}
+
+// errWrongCount is the error of a reply that does not answer each item.
+var errWrongCount = errorString("quorum: the reply does not answer each item once")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// identify returns master i's server and why its agreements must not
+// count. Where the identity must be asked again (the pool opened a
+// connection since), it takes what DoMany last learned, and asks in the
+// background: under load, every answer of a batch would wait for an INFO
+// otherwise. This is Do's rule for Must calls. A master never identified
+// is asked, where ask allows blocking.
+func (r *manyRound) identify(ctx context.Context, i int, ask bool) (string, error) {
+	id, last := r.e.masters[i].ID, &r.e.many[i].last
+	if id == nil {
+		return "", nil
+	}
+	if server, verdict, known := id.Known(); known {
+		if l := last.Load(); l == nil || l.server != server || l.verdict != verdict {
+			last.Store(&identified{server, verdict})
+		}
+		return server, verdict
+	}
+	if l := last.Load(); l != nil {
+		if ask {
+			r.e.Spawn(ctx, func() {
+				// Not the calls' context: it ends with the last answer.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*r.e.cfg.MasterTimeout)
+				defer cancel()
+				r.learn(ctx, i)
+			})
+		}
+		return l.server, l.verdict
+	}
+	if !ask {
+		return id.Last(), nil
+	}
+	return r.learn(ctx, i)
+}
+
+// learn asks master i's identity and keeps it for identify, once the
+// server answered. A failure to ask (a timeout under load) is not kept:
+// it would keep the master from counting until the next answer.
+func (r *manyRound) learn(ctx context.Context, i int) (string, error) {
+	id := r.e.masters[i].ID
+	server, verdict := id.Admit(ctx)
+	if s, v, known := id.Known(); known {
+		r.e.many[i].last.Store(&identified{s, v})
+	}
+	return server, verdict
+}
+
+// manyState is the Engine's state of DoMany for one master.
+type manyState struct {
+	calls atomic.Int32               // calls of many items under way
+	last  atomic.Pointer[identified] // the identity last learned
+}
+
+// identified is a server's identity and verdict, as Identity.Admit gave.
+type identified struct {
+	server  string
+	verdict error
+}
+
+// sameServerLocked keeps master i from counting where its server counts
+// already through another master. It is stricter than Do, which judges
+// each agreement: here none of i's counts. r.mu must be held.
+func (r *manyRound) sameServerLocked(i int) {
+	ms := &r.masters[i]
+	if ms.server == "" || ms.verdict != nil {
+		return
+	}
+	for j := range r.masters {
+		if o := &r.masters[j]; j != i && o.server == ms.server && o.verdict == nil {
+			ms.verdict = r.e.cfg.SameServer(j, i, ms.server)
+			return
+		}
+	}
+}
+
+// tallyLocked counts master i's answer to item, and marks it read. r.mu
+// must be held.
+func (r *manyRound) tallyLocked(i, item int) {
+	before := r.decidedLocked(item)
+	ms := &r.masters[i]
+	ms.read[item] = true
+	if ms.counts(item) {
+		r.agreed[item]++
+	} else {
+		r.refused[item]++
+	}
+	// A silent master's agreement may undo a decision its silence made:
+	// the others not heard yet may make a quorum with it.
+	switch after := r.decidedLocked(item); {
+	case !before && after:
+		r.undecided--
+	case before && !after:
+		r.undecided++
+	}
+}
+
+// decidedLocked reports whether item's quorum agreed or no longer can. A
+// silent master that has not answered may still agree, but is not waited
+// for. r.mu must be held.
+func (r *manyRound) decidedLocked(item int) bool {
+	q := int32(r.e.cfg.Quorum)
+	left := int32(0) // silent masters not heard on item
+	for set := r.silent; set != 0; set &= set - 1 {
+		if !r.masters[bits.TrailingZeros64(set)].read[item] {
+			left++
+		}
+	}
+	return r.agreed[item] >= q || int32(len(r.masters))-r.refused[item]-left < q
+}
