@@ -46,7 +46,7 @@ func (f *flipID) Last() string { return "A" }
 
 // A master whose server became a replica (its pool reconnected) counts
 // nowhere in Do; DoMany must not count it from its stale identity either.
-func TestReviewDoManyStaleIdentity(t *testing.T) {
+func TestDoManyStaleIdentity(t *testing.T) {
 	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
 	ctx := context.Background()
 	for i := range 3 {
@@ -64,7 +64,8 @@ func TestReviewDoManyStaleIdentity(t *testing.T) {
 	}
 	masters[0].ID = id
 	w := newWork()
-	e := New(Config{Quorum: 2, MasterTimeout: 2 * time.Second, Work: w,
+	// Quorum 3: no item is decided before master 0's answer is read.
+	e := New(Config{Quorum: 3, MasterTimeout: 2 * time.Second, Work: w,
 		SameServer: func(int, int, string) error { return errors.New("same") }}, masters)
 	defer e.Stop()
 	many := &Many{Items: 2, Calls: func(int) []Call {
@@ -81,21 +82,23 @@ func TestReviewDoManyStaleIdentity(t *testing.T) {
 	// Do in the same state: master 0 is asked, is a replica, and does not count.
 	out, err := e.Do(ctx, &Spec{Script: exists, Keys: pipeline.NewKeys("a"), Args: []any{"one"}})
 	require.NoError(t, err)
+	require.True(t, out.Master(0).Heard)
 	assert.False(t, out.Master(0).Agreed, "Do: a replica's agreement")
 
 	id.mu.Lock()
 	id.flipped, id.admits = true, 0
 	id.mu.Unlock()
-	// Reset what Do learned: DoMany's own cache is what it reads.
+	// DoMany in the same state must ask too.
 	res, err = e.DoMany(ctx, many)
 	require.NoError(t, err)
+	require.True(t, res.Master(0, 0).Heard)
 	assert.False(t, res.Master(0, 0).Agreed, "DoMany: a replica's agreement counted from the stale identity")
 	w.Wait()
 }
 
-// A single-item call (a batch of one lock) never asks the server again:
-// after its pool reconnected, every renewal counts the old identity.
-func TestReviewDoManySingleNeverAsks(t *testing.T) {
+// A single-item call (a batch of one lock) asks the server again where
+// its pool reconnected: it answers on the pipeline, but is held until asked.
+func TestDoManySingleAsks(t *testing.T) {
 	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
 	ctx := context.Background()
 	for i := range 3 {
@@ -112,7 +115,8 @@ func TestReviewDoManySingleNeverAsks(t *testing.T) {
 	}
 	masters[0].ID = id
 	w := newWork()
-	e := New(Config{Quorum: 2, MasterTimeout: 2 * time.Second, Work: w,
+	// Quorum 3: no item is decided before master 0's answer is read.
+	e := New(Config{Quorum: 3, MasterTimeout: 2 * time.Second, Work: w,
 		SameServer: func(int, int, string) error { return errors.New("same") }}, masters)
 	defer e.Stop()
 	one := &Many{Items: 1, Calls: func(int) []Call {
@@ -122,6 +126,7 @@ func TestReviewDoManySingleNeverAsks(t *testing.T) {
 	for range 3 {
 		res, err := e.DoMany(ctx, one)
 		require.NoError(t, err)
+		require.True(t, res.Master(0, 0).Heard)
 		if res.Master(0, 0).Agreed {
 			counted++
 		}
@@ -132,4 +137,5 @@ func TestReviewDoManySingleNeverAsks(t *testing.T) {
 	id.mu.Unlock()
 	t.Logf("admits=%d counted=%d of 3", admits, counted)
 	assert.Zero(t, counted, "a replica's agreement counted")
+	assert.Equal(t, 3, admits, "one ask per round")
 }

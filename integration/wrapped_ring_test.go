@@ -16,7 +16,7 @@ import (
 // wrappedRing is a user's type that embeds a go-redis Ring.
 type wrappedRing struct{ *redis.Ring }
 
-func TestReviewBatchedRenewalOnWrappedRings(t *testing.T) {
+func TestBatchedRenewalOnWrappedRings(t *testing.T) {
 	cl := integration.NewCluster(t, 6)
 	var masters []redis.Scripter
 	for i := 0; i < 6; i += 2 {
