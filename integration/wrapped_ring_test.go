@@ -16,6 +16,9 @@ import (
 // wrappedRing is a user's type that embeds a go-redis Ring.
 type wrappedRing struct{ *redis.Ring }
 
+// A master that shards keys but is not a go-redis type the library
+// knows gets one renewal call per lock. A batched call is routed by its
+// first key: the other locks would not be renewed, and be lost.
 func TestBatchedRenewalOnWrappedRings(t *testing.T) {
 	cl := integration.NewCluster(t, 6)
 	var masters []redis.Scripter
