@@ -81,7 +81,10 @@ func (r *renewal) Value(key any) any {
 }
 
 // stop ends the renewal, then waits until no batch renews it. Its
-// context ends first, so a batch under way gives up early.
+// context ends first, so no later batch takes it. A batch under way runs
+// on: it renews other locks too, under rn.ctx, which only close cancels.
+// So stop waits for that batch: its round alone may take up to
+// lateCallFactor*MasterTimeout.
 func (r *renewal) stop() {
 	rn := r.rn
 	rn.mu.Lock()
