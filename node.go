@@ -173,6 +173,13 @@ type node struct {
 	prep    *preparation       // its setup under way, if any (see Client.prepare)
 }
 
+// batches reports whether one call may carry many locks' keys. Only a
+// master known to be one server may: one with an identity (id), a plain
+// or Sentinel *redis.Client. A client that shards keys, a cluster, a
+// ring or any type that wraps one, routes a call by one of its keys.
+// So every other master gets one call per lock.
+func (n *node) batches() bool { return n.id != nil }
+
 // eval runs s on the master, through its pipeline, and waits for its
 // reply or for ctx to end. mustSend calls are never refused nor dropped,
 // and are sent even if ctx ends first. Every script replies with an

@@ -81,7 +81,10 @@ func (r *renewal) Value(key any) any {
 }
 
 // stop ends the renewal, then waits until no batch renews it. Its
-// context ends first, so a batch under way gives up early.
+// context ends first, so no later batch takes it. A batch under way runs
+// on: it renews other locks too, under rn.ctx, which only close cancels.
+// So stop waits for that batch: its round alone may take up to
+// lateCallFactor*MasterTimeout.
 func (r *renewal) stop() {
 	rn := r.rn
 	rn.mu.Lock()
@@ -349,8 +352,8 @@ type renewItem struct {
 }
 
 // renewMany renews batch in one Many round: per master
-// one call for them all (for each group of renewBatchKeys keys), or, on a
-// cluster client or a ring, one call per lock. It writes each renewal's
+// one call for them all (for each group of renewBatchKeys keys) where
+// the master batches (node.batches), else one call per lock. It writes each renewal's
 // next turn into next. A lock that another operation holds is retried
 // soon, apart.
 func (rn *renewer) renewMany(c *Client, batch []*renewal, next []time.Time) {
@@ -432,8 +435,8 @@ func (c *Client) renewTimeout(items []renewItem, live []int) time.Duration {
 // renewCalls returns the calls of a batch to master i. live are the
 // indexes in items of the locks renewed, in the round's order.
 func (c *Client) renewCalls(i int, items []renewItem, live []int) []quorum.Call {
-	if c.nodes[i].pipe.Sharded() {
-		// One slot per call: each lock on its own.
+	if !c.nodes[i].batches() {
+		// One call per lock: it goes where its keys live.
 		calls := make([]quorum.Call, len(live))
 		for j, k := range live {
 			it := &items[k]

@@ -66,8 +66,3 @@ func values(cmd *redis.Cmd) ([]int64, error) {
 	}
 	return nil, fmt.Errorf("redlock: reply is %T, not an integer nor an array", v)
 }
-
-// Sharded reports whether the master's client is a cluster client or a
-// ring: its servers each hold part of the keys, so one call's keys must
-// all live on one of them.
-func (p *Pipeline) Sharded() bool { return p.shards }

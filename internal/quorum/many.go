@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,10 @@ type manyRound struct {
 	deadline time.Time     // of the decision: an answer after it is not in time
 	waitEnd  time.Time     // when WAIT gives up: a quarter of the timeout before deadline
 	silent   uint64        // the masters silent when the round began: not waited for
+	// ctx is the calls' context, bounded by LateCallFactor times the
+	// timeout. It ends once every answer is counted. Set before any call.
+	ctx  context.Context
+	asks []manyAsk // per master: its identity, asked once; each guards itself
 
 	mu        sync.Mutex // guards the fields below and the masters' answers
 	masters   []manyMaster
@@ -104,6 +109,14 @@ type manyMaster struct {
 	kept []error
 }
 
+// manyAsk is a master's identity as asked once in a round. Its fields
+// are written once, under once.
+type manyAsk struct {
+	once    sync.Once
+	server  string
+	verdict error
+}
+
 // failure returns why the agreement to item does not count, or nil.
 func (ms *manyMaster) failure(item int) error {
 	if ms.verdict != nil || ms.kept == nil {
@@ -126,7 +139,9 @@ func (ms *manyMaster) counts(item int) bool {
 // until it answers, and is not waited for. Its calls of one item are
 // sent; those of many are kept back (ErrSilent), but for a canary now
 // and then (see health). WAIT and ROLE follow the calls, and judge the
-// agreements, as in Do (see Engine.follow, judgeDurable).
+// agreements, as in Do (see Engine.follow, judgeDurable). An agreement
+// whose server must be asked who it is waits for it, once per master
+// and round, as in Do: a replica's does not count.
 // Validity is the caller's to judge from Start and Elapsed. Once the Work
 // is closed, DoMany sends nothing and returns ErrClosed.
 func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
@@ -140,7 +155,7 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 	if !e.cfg.Work.Enter(total) {
 		return ManyOutcome{}, ErrClosed
 	}
-	r := &manyRound{e: e, items: m.Items, ready: make(chan struct{}, 1), masters: make([]manyMaster, n),
+	r := &manyRound{e: e, items: m.Items, ready: make(chan struct{}, 1), masters: make([]manyMaster, n), asks: make([]manyAsk, n),
 		agreed: make([]int32, m.Items), refused: make([]int32, m.Items), undecided: m.Items, pending: n}
 	for i := range r.masters {
 		ms := &r.masters[i]
@@ -167,11 +182,12 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 	r.silent = e.health.silentSet()
 	// The calls outlive the decision, never the caller's cancellation.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*timeout)
+	r.ctx = callCtx
 	var running sync.WaitGroup
 	for i := range calls {
 		for _, c := range calls[i] {
 			running.Add(1)
-			r.send(callCtx, i, c, &running)
+			r.send(i, c, &running)
 		}
 	}
 	go func() { // ends the calls' context once the last is answered
@@ -205,42 +221,39 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 }
 
 // send sends call c to master i. Its answer is counted when it comes.
-func (r *manyRound) send(ctx context.Context, i int, c Call, running *sync.WaitGroup) {
+func (r *manyRound) send(i int, c Call, running *sync.WaitGroup) {
 	ms := r.e.masters[i]
+	done := func() { // the answer is counted
+		running.Done()
+		r.e.cfg.Work.Leave(1)
+	}
 	opts := pipeline.Options{MustSend: true, Index: i}
 	var w written
 	w.target = r.e.follow(i, &opts, r.waitEnd)
 	w.role = opts.Role
 	if c.Items == 1 {
-		done := &manyCompletion{r: r, i: i, c: c, running: running, w: w}
-		ms.Pipe.Go(ctx, c.Script, c.Keys, c.Args, opts, done)
+		ms.Pipe.Go(r.ctx, c.Script, c.Keys, c.Args, opts, &manyCompletion{r: r, i: i, c: c, done: done, w: w})
 		return
 	}
 	if r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
 		// A silent master would only pile up calls that hold a
 		// connection each. Keeping them back is safe: a renewal that
 		// fails is retried. Its canary, once per interval, is sent.
-		r.answered(ctx, i, c, nil, ErrSilent, false, w)
-		running.Done()
-		r.e.cfg.Work.Leave(1)
+		r.answered(i, c, nil, ErrSilent, w, done)
 		return
 	}
 	busy := &r.e.many[i].calls
 	if busy.Add(1) > MaxManyCalls {
 		// The master is behind: more would only queue for a connection.
 		busy.Add(-1)
-		r.answered(ctx, i, c, nil, ErrBehind, false, w)
-		running.Done()
-		r.e.cfg.Work.Leave(1)
+		r.answered(i, c, nil, ErrBehind, w, done)
 		return
 	}
 	go func() {
-		vals, rep, err := ms.Pipe.RunValues(ctx, c.Script, c.Keys, c.Args, opts)
+		vals, rep, err := ms.Pipe.RunValues(r.ctx, c.Script, c.Keys, c.Args, opts)
 		busy.Add(-1)
 		w.rep = rep
-		r.answered(ctx, i, c, vals, err, true, w)
-		running.Done()
-		r.e.cfg.Work.Leave(1)
+		r.answered(i, c, vals, err, w, done)
 	}()
 }
 
@@ -263,27 +276,27 @@ type written struct {
 
 // manyCompletion is the pipeline's Completion of a call of one item.
 type manyCompletion struct {
-	r       *manyRound
-	i       int
-	c       Call
-	running *sync.WaitGroup
-	w       written
+	r    *manyRound
+	i    int
+	c    Call
+	done func() // once the answer is counted
+	w    written
 }
 
 // Replicated takes what WAIT and ROLE told, before Complete.
 func (d *manyCompletion) Replicated(rep pipeline.Replication) { d.w.rep = rep }
 
 // Complete counts the answer. It runs on the pipeline, so it does not
-// block: it asks no server who it is.
+// block: a server to ask who it is gets a goroutine (see answered).
 func (d *manyCompletion) Complete(v int64, err error) {
-	d.r.answered(context.Background(), d.i, d.c, []int64{v}, err, false, d.w)
-	d.running.Done()
-	d.r.e.cfg.Work.Leave(1)
+	d.r.answered(d.i, d.c, []int64{v}, err, d.w, d.done)
 }
 
 // answered counts master i's answer vals, or err, to call c, whose write
-// w followed. ask: it may block to identify the server, under ctx.
-func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, err error, ask bool, w written) {
+// w followed, then calls done. An agreement whose server must be asked
+// again (its pool opened a connection since) is held until asked, as Do
+// holds it. The ask runs on a goroutine, so answered never blocks.
+func (r *manyRound) answered(i int, c Call, vals []int64, err error, w written, done func()) {
 	switch h := r.e.health; {
 	case !answered(err) && Unanswered(err):
 		h.missed(i, r.start) // counts once per stall, even if the deadline counted it
@@ -293,7 +306,38 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 	if err == nil && len(vals) != c.Items {
 		err = errWrongCount
 	}
-	server, verdict := r.identify(ctx, i, ask)
+	id := r.e.masters[i].ID
+	if id == nil { // its agreements count: nothing to ask
+		r.count(i, c, vals, err, w, "", nil, true)
+		done()
+		return
+	}
+	server, verdict, known := id.Known()
+	if known || err != nil || !anyApplied(vals) {
+		// An identity unknown judges nothing here: no agreement.
+		r.count(i, c, vals, err, w, server, verdict, known)
+		done()
+		return
+	}
+	go func() {
+		pprof.SetGoroutineLabels(r.ctx)
+		server, verdict := r.ask(i)
+		r.count(i, c, vals, err, w, server, verdict, true)
+		done()
+	}()
+}
+
+// ask asks master i's server who it is, once in the round, under the
+// calls' context. Its other calls wait for the same answer.
+func (r *manyRound) ask(i int) (string, error) {
+	a := &r.asks[i]
+	a.once.Do(func() { a.server, a.verdict = r.e.masters[i].ID.Admit(r.ctx) })
+	return a.server, a.verdict
+}
+
+// count counts master i's answer to call c. Its server and verdict are
+// known only where identified: an unknown one judges no agreement.
+func (r *manyRound) count(i int, c Call, vals []int64, err error, w written, server string, verdict error, identified bool) {
 	var kept error
 	if d := r.e.durable[i]; d != nil && verdict == nil && err == nil && anyApplied(vals) {
 		kept = judgeDurable(d, w.target, w.role, w.rep)
@@ -307,9 +351,17 @@ func (r *manyRound) answered(ctx context.Context, i int, c Call, vals []int64, e
 	if r.closed {
 		return
 	}
-	if ms.server == "" && ms.verdict == nil {
+	switch {
+	case !identified:
+	case ms.server == "" && ms.verdict == nil:
 		ms.server, ms.verdict = server, verdict
 		r.sameServerLocked(i)
+	case ms.verdict == nil && kept == nil:
+		// The server was asked again in the round: its verdict judges
+		// this call's agreements. A new server may count elsewhere.
+		if kept = verdict; kept == nil && server != ms.server {
+			kept = r.sameAsLocked(i, server)
+		}
 	}
 	if kept != nil && ms.kept == nil {
 		ms.kept = make([]error, r.items)
@@ -351,78 +403,32 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// identify returns master i's server and why its agreements must not
-// count. Where the identity must be asked again (the pool opened a
-// connection since), it takes what DoMany last learned, and asks in the
-// background: under load, every answer of a batch would wait for an INFO
-// otherwise. This is Do's rule for Must calls. A master never identified
-// is asked, where ask allows blocking.
-func (r *manyRound) identify(ctx context.Context, i int, ask bool) (string, error) {
-	id, last := r.e.masters[i].ID, &r.e.many[i].last
-	if id == nil {
-		return "", nil
-	}
-	if server, verdict, known := id.Known(); known {
-		if l := last.Load(); l == nil || l.server != server || l.verdict != verdict {
-			last.Store(&identified{server, verdict})
-		}
-		return server, verdict
-	}
-	if l := last.Load(); l != nil {
-		if ask {
-			r.e.Spawn(ctx, func() {
-				// Not the calls' context: it ends with the last answer.
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LateCallFactor*r.e.cfg.MasterTimeout)
-				defer cancel()
-				r.learn(ctx, i)
-			})
-		}
-		return l.server, l.verdict
-	}
-	if !ask {
-		return id.Last(), nil
-	}
-	return r.learn(ctx, i)
-}
-
-// learn asks master i's identity and keeps it for identify, once the
-// server answered. A failure to ask (a timeout under load) is not kept:
-// it would keep the master from counting until the next answer.
-func (r *manyRound) learn(ctx context.Context, i int) (string, error) {
-	id := r.e.masters[i].ID
-	server, verdict := id.Admit(ctx)
-	if s, v, known := id.Known(); known {
-		r.e.many[i].last.Store(&identified{s, v})
-	}
-	return server, verdict
-}
-
 // manyState is the Engine's state of DoMany for one master.
 type manyState struct {
-	calls atomic.Int32               // calls of many items under way
-	last  atomic.Pointer[identified] // the identity last learned
-}
-
-// identified is a server's identity and verdict, as Identity.Admit gave.
-type identified struct {
-	server  string
-	verdict error
+	calls atomic.Int32 // calls of many items under way
 }
 
 // sameServerLocked keeps master i from counting where its server counts
 // already through another master. It is stricter than Do, which judges
 // each agreement: here none of i's counts. r.mu must be held.
 func (r *manyRound) sameServerLocked(i int) {
-	ms := &r.masters[i]
-	if ms.server == "" || ms.verdict != nil {
-		return
+	if ms := &r.masters[i]; ms.verdict == nil {
+		ms.verdict = r.sameAsLocked(i, ms.server)
+	}
+}
+
+// sameAsLocked returns why master i must not count as server, which
+// counts already through another master, or nil. r.mu must be held.
+func (r *manyRound) sameAsLocked(i int, server string) error {
+	if server == "" {
+		return nil
 	}
 	for j := range r.masters {
-		if o := &r.masters[j]; j != i && o.server == ms.server && o.verdict == nil {
-			ms.verdict = r.e.cfg.SameServer(j, i, ms.server)
-			return
+		if o := &r.masters[j]; j != i && o.server == server && o.verdict == nil {
+			return r.e.cfg.SameServer(j, i, server)
 		}
 	}
+	return nil
 }
 
 // tallyLocked counts master i's answer to item, and marks it read. r.mu
