@@ -47,26 +47,9 @@ func (f *flipID) Last() string { return "A" }
 // A master whose server became a replica (its pool reconnected) counts
 // nowhere in Do; DoMany must not count it from its stale identity either.
 func TestDoManyStaleIdentity(t *testing.T) {
-	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
 	ctx := context.Background()
-	for i := range 3 {
-		require.NoError(t, cl.Admin(i).Set(ctx, "a", "1", 0).Err())
-		require.NoError(t, cl.Admin(i).Set(ctx, "b", "1", 0).Err())
-	}
 	id := &flipID{}
-	masters := make([]Master, 3)
-	for i := range masters {
-		c := redis.NewClient(harness.MasterOptions(cl.Masters[i].Addr()))
-		t.Cleanup(func() { _ = c.Close() })
-		p := pipeline.New(c, time.Second, 1)
-		t.Cleanup(p.Close)
-		masters[i] = Master{Client: c, Pipe: p}
-	}
-	masters[0].ID = id
-	w := newWork()
-	// Quorum 3: no item is decided before master 0's answer is read.
-	e := New(Config{Quorum: 3, MasterTimeout: 2 * time.Second, Work: w,
-		SameServer: func(int, int, string) error { return errors.New("same") }}, masters)
+	e, w := flipEngine(t, id, "a", "b")
 	defer e.Stop()
 	many := &Many{Items: 2, Calls: func(int) []Call {
 		return []Call{{Script: exists, Keys: pipeline.NewKeys("a", "b"), Args: []any{"many"}, First: 0, Items: 2}}
@@ -99,25 +82,9 @@ func TestDoManyStaleIdentity(t *testing.T) {
 // A single-item call (a batch of one lock) asks the server again where
 // its pool reconnected: it answers on the pipeline, but is held until asked.
 func TestDoManySingleAsks(t *testing.T) {
-	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
 	ctx := context.Background()
-	for i := range 3 {
-		require.NoError(t, cl.Admin(i).Set(ctx, "a", "1", 0).Err())
-	}
 	id := &flipID{flipped: true}
-	masters := make([]Master, 3)
-	for i := range masters {
-		c := redis.NewClient(harness.MasterOptions(cl.Masters[i].Addr()))
-		t.Cleanup(func() { _ = c.Close() })
-		p := pipeline.New(c, time.Second, 1)
-		t.Cleanup(p.Close)
-		masters[i] = Master{Client: c, Pipe: p}
-	}
-	masters[0].ID = id
-	w := newWork()
-	// Quorum 3: no item is decided before master 0's answer is read.
-	e := New(Config{Quorum: 3, MasterTimeout: 2 * time.Second, Work: w,
-		SameServer: func(int, int, string) error { return errors.New("same") }}, masters)
+	e, w := flipEngine(t, id, "a")
 	defer e.Stop()
 	one := &Many{Items: 1, Calls: func(int) []Call {
 		return []Call{{Script: exists, Keys: pipeline.NewKeys("a"), Args: []any{"one"}, First: 0, Items: 1}}
@@ -138,4 +105,28 @@ func TestDoManySingleAsks(t *testing.T) {
 	t.Logf("admits=%d counted=%d of 3", admits, counted)
 	assert.Zero(t, counted, "a replica's agreement counted")
 	assert.Equal(t, 3, admits, "one ask per round")
+}
+
+// flipEngine starts three real masters holding keys, and an Engine over
+// them whose master 0 is identified by id. Quorum 3: no item is decided
+// before master 0's answer is read.
+func flipEngine(t *testing.T, id *flipID, keys ...string) (*Engine, *work) {
+	t.Helper()
+	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx := context.Background()
+	masters := make([]Master, 3)
+	for i := range masters {
+		for _, k := range keys {
+			require.NoError(t, cl.Admin(i).Set(ctx, k, "1", 0).Err())
+		}
+		c := redis.NewClient(harness.MasterOptions(cl.Masters[i].Addr()))
+		t.Cleanup(func() { _ = c.Close() })
+		p := pipeline.New(c, time.Second, 1)
+		t.Cleanup(p.Close)
+		masters[i] = Master{Client: c, Pipe: p}
+	}
+	masters[0].ID = id
+	w := newWork()
+	return New(Config{Quorum: 3, MasterTimeout: 2 * time.Second, Work: w,
+		SameServer: func(int, int, string) error { return errors.New("same") }}, masters), w
 }
