@@ -83,7 +83,9 @@ func Scenarios(s Scale) []Scenario {
 	someLong := func() Config {
 		c := base()
 		c.TTL, c.LongHold, c.LongEvery = 2*time.Second, 700*time.Millisecond, pick(5, 50)
-		c.Duration = dur(10*time.Second, 5*time.Minute)
+		// Full: restarts quarantine masters for a TTL, so 10,000
+		// sections take about 8 minutes.
+		c.Duration = dur(10*time.Second, 12*time.Minute)
 		return c
 	}
 	// Sections that use the whole lease, for clock nemeses. A lease is
