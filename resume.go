@@ -90,6 +90,7 @@ func (l *Lock) resume(ctx context.Context) error {
 	}
 	fenced := c.fencing && res.Max > 1
 	if fenced {
+		// No deadline is known yet: the next round checks the validity.
 		if err := l.raiseFence(ctx, res, time.Now().Add(l.ttl)); err != nil {
 			return err
 		}
