@@ -111,7 +111,7 @@ type MasterResult struct {
 // too few answered, and the lock may still be held. It also matches the
 // caller's context error when the context ended during the round.
 type QuorumError struct {
-	Op      string         // "acquire", "extend", "renew" (AutoRenew), "release", or "fence" (the second round of an acquire)
+	Op      string         // "acquire", "extend", "renew" (AutoRenew), "release", "resume", or "fence" (the second round of an acquire or resume)
 	Key     string         // the lock key, without prefix
 	Quorum  int            // how many masters had to agree
 	Agreed  int            // how many agreed by the decision (a later agreement to an acquire is undone, and not counted)

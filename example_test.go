@@ -185,3 +185,32 @@ func ExampleLock_AutoRenew() {
 	// still held: true
 	// redlock: lock released
 }
+
+// A process that restarts takes its lock over again with Resume: same
+// token, the validity the masters have left, and a new Lock.
+func ExampleClient_Resume() {
+	client, done := connect()
+	defer done()
+	ctx := context.Background()
+
+	owner := redlock.NewOwner() // kept where the restarted process finds it
+	old, err := client.AcquireAs(ctx, "migration", owner, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... the process restarts, and old is gone with it ...
+	lock, err := client.Resume(ctx, "migration", owner, 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same token:", lock.Token() == old.Token())
+	// Until comes from the TTLs the masters have left, never from the 10s.
+	fmt.Println("validity within the TTL left:", time.Until(lock.Until()) < 10*time.Second)
+	lock.AutoRenew()
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// same token: true
+	// validity within the TTL left: true
+}

@@ -33,6 +33,10 @@ type goldenMaster struct {
 	record  []string                     // what it ran, in order
 }
 
+// goldenRemaining is the TTL every held lock has left, for "remaining":
+// the fake keeps no TTLs.
+const goldenRemaining = 20 * time.Second
+
 type goldenHolder struct {
 	holds, token int64
 	waited       bool
@@ -341,6 +345,20 @@ func (m *goldenMaster) run(name string, keys []string, args []any) (int64, error
 		}
 		h.token = max(h.token, holds)
 		return 1, nil
+	case "resume":
+		if h == nil || m.gone[marker] || h.owner != owner {
+			return 0, nil
+		}
+		h.nonce, h.holds = nonce, holds
+		if flag == "0" || h.token == 0 {
+			return 1, nil
+		}
+		return h.token, nil
+	case "remaining":
+		if !mine {
+			return 0, nil
+		}
+		return goldenRemaining.Milliseconds(), nil
 	case "extend":
 		if !mine {
 			return 0, nil

@@ -302,6 +302,30 @@ func goldenScenarios() []goldenScenario {
 				late()
 			},
 		},
+		{
+			name: "resume", masters: 3,
+			doc: "alice holds the lock on masters 0 and 1 with tokens 5 and 7, bob on master 2. carol's Resume is refused. " +
+				"alice's takes it over under a new nonce (master 2 refuses, late), raises master 0's token to 7 (fence), " +
+				"reads the TTLs left, and its Release frees it.",
+			run: func(g *goldenRun) {
+				g.m[0].heldBy("job", "alice", "n0", 5)
+				g.m[1].heldBy("job", "alice", "n0", 7)
+				g.m[2].heldBy("job", "bob", "n1", 9)
+				late := g.hold(2, "resume", runScript)
+				_, err := g.c.Resume(g.ctx, "job", "carol", goldenTTL)
+				g.result(`Resume "job" as carol`, nil, err)
+				late()
+				lates := []func(){g.hold(2, "resume", runScript), g.hold(2, "fence", runScript), g.hold(2, "remaining", runScript)}
+				l, err := g.c.Resume(g.ctx, "job", "alice", goldenTTL)
+				g.result(`Resume "job" as alice`, l, err)
+				for _, late := range lates {
+					late()
+				}
+				late = g.hold(2, "release", runScript)
+				g.release(l)
+				late()
+			},
+		},
 	}
 }
 

@@ -38,7 +38,7 @@ import (
 // Lock is a lock held on a quorum of masters: one exclusive acquisition,
 // or an owner's holds on a reentrant, read or write lock. It is safe for
 // concurrent use; its operations run one at a time. Locks come from a
-// Client's Acquire methods: a zero or nil Lock is not held, its Done is
+// Client's Acquire methods and Resume: a zero or nil Lock is not held, its Done is
 // closed, and its operations and Err return an error wrapping
 // ErrInvalidArgument.
 type Lock struct {

@@ -41,10 +41,10 @@ type Observer interface {
 	ObserveEvent(ctx context.Context, e Event)
 }
 
-// Round is one decided quorum round: an acquire, fence, extend, renew or
-// release sent to every master.
+// Round is one decided quorum round: an acquire, fence, extend, renew,
+// release or resume sent to every master.
 type Round struct {
-	Op    string // "acquire", "fence", "extend", "renew", "release"
+	Op    string // "acquire", "fence", "extend", "renew", "release", "resume"
 	Key   string // the lock's name, without KeyPrefix
 	Start time.Time
 	// Elapsed is the time from Start to the decision.
@@ -70,8 +70,8 @@ type EventKind int
 
 // The events of a lock's life.
 const (
-	// EventAcquired: an acquire (or a write or read acquire) succeeded;
-	// Token and Until are set.
+	// EventAcquired: an acquire (or a write or read acquire, or a
+	// Client.Resume) succeeded; Token and Until are set.
 	EventAcquired EventKind = iota + 1
 	// EventWaited: a blocking Lock of package mutex or rwmutex waited. It
 	// found the lock held, or its process's turn for the lock taken. Wait

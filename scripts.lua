@@ -261,6 +261,28 @@ if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
 if less(token, ARGV[3]) then redis.call('SET', KEYS[1], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL') end
 return 1
 
+--- resume @value
+-- Takes the lock that owner ARGV[1] holds here, under any nonce, over for
+-- the Lock of nonce ARGV[6]: after a restart, or from another process.
+-- The old Lock's nonce is replaced, so its later calls find nothing. The
+-- token, the waited flag and the TTL stay: a resume never lengthens the
+-- lock. Holds become ARGV[3]. It replies the token (1 when not fencing),
+-- or 0 where owner does not hold the lock, or a marker of the nonce
+-- refuses a call that landed after the Lock's release.
+local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6])
+local _, token, waited, holder = parse(found[1])
+if not holder or found[2] or ownerOf(holder) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, holderOf(ARGV[6], ARGV[1])), 'KEEPTTL')
+if ARGV[4] == '0' or token == '0' then return 1 end
+return token
+
+--- remaining @value
+-- Replies the TTL (ms) left where the Lock of nonce ARGV[6] and owner
+-- ARGV[1] holds the lock, else 0. It writes nothing.
+local _, _, _, holder = parse(redis.call('GET', KEYS[1]))
+if holder ~= holderOf(ARGV[6], ARGV[1]) then return 0 end
+return math.max(redis.call('PTTL', KEYS[1]), 0)
+
 --- @extendHeld
 -- extendHeld sets key's TTL to ttl (ms) only where the Lock of nonce and
 -- owner still holds the lock, never a shorter one (see @ttl). A missing

@@ -108,3 +108,54 @@ func ExampleReentrant() {
 	// another owner refused: true
 	// free: true
 }
+
+// Do runs a job under the lock: it waits for the lock, renews it, ends the
+// job's context if the lock is lost, and releases it when the job returns.
+func ExampleMutex_Do() {
+	client, done := connect()
+	defer done()
+	ctx := context.Background()
+
+	m, err := mutex.New(client, "invoice-run", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = m.Do(ctx, func(ctx context.Context, lock *redlock.Lock) error {
+		// Pass ctx to every call of the job: it ends when the lock is lost.
+		// Hand lock.Token() to the resource the lock protects.
+		fmt.Println("running under token", lock.Token() > 0)
+		return ctx.Err()
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", m.Current() == nil)
+	// Output:
+	// running under token true
+	// released: true
+}
+
+// A job that outlives its lock learns why from its context's cause.
+func ExampleMutex_Do_lost() {
+	client, done := connect()
+	defer done()
+	ctx := context.Background()
+
+	m, err := mutex.New(client, "reindex", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = m.Do(ctx, func(ctx context.Context, lock *redlock.Lock) error {
+		// The lock is lost: here, released from under the job.
+		if err := lock.Release(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		fmt.Println("job stopped:", context.Cause(ctx))
+		return context.Cause(ctx)
+	})
+	fmt.Println("Do:", errors.Is(err, redlock.ErrReleased))
+	// Output:
+	// job stopped: redlock: lock released
+	// Do: true
+}

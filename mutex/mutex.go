@@ -105,6 +105,24 @@ func (m *Mutex) acquire(ctx context.Context, block bool) error {
 	})
 }
 
+// Resume makes this Mutex hold the lock that the Lock of value holds:
+// value is that Lock's Value, kept by a process that restarted, or handed
+// over by another. It takes the lock over as redlock.Client.Resume does,
+// with the Mutex's TTL for renewals, and renews it with AutoRenew. The
+// old Lock loses the lock wherever Resume reaches a master. It does not
+// wait: it fails with an error wrapping redlock.ErrNotObtained if fewer
+// than a quorum hold the lock for value, or if this Mutex holds or seeks
+// the lock. It blocks for Resume's rounds.
+func (m *Mutex) Resume(ctx context.Context, value string) error {
+	if err := m.check(ctx, "Resume"); err != nil {
+		return err
+	}
+	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
+	return m.holds.Take(ctx, m.client, m.key, "", false, false, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
+		return m.client.Resume(ctx, m.key, value, m.opts.TTL)
+	})
+}
+
 // Unlock releases the lock. It returns an error wrapping
 // redlock.ErrNotHeld if this Mutex does not hold it. That includes while
 // a Lock or TryLock of it is under way. It also wraps redlock.ErrNotHeld

@@ -73,3 +73,33 @@ func ExampleRWMutex() {
 	// writing under token true
 	// downgraded; others may read: true
 }
+
+// Do and RDo run work under the write and the read lock.
+func ExampleRWMutex_Do() {
+	client, done := connect()
+	defer done()
+	ctx := context.Background()
+
+	rw, err := rwmutex.New(client, "prices", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	owner := redlock.NewOwner()
+	err = rw.Do(ctx, owner, func(ctx context.Context, lock *redlock.Lock) error {
+		fmt.Println("writing under token", lock.Token() > 0)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = rw.RDo(ctx, owner, func(ctx context.Context, lock *redlock.Lock) error {
+		fmt.Println("reading")
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// writing under token true
+	// reading
+}

@@ -4,6 +4,7 @@
 //	cd cmd/redlock && go run . demo [-workers 8] [-duration 12s] [-ttl 1s] [-masters host:port,...]
 //	redlock inspect|watch|release -force [-json] -masters host:port,... KEY
 //	redlock verify [-json] [-ttl 10s] -masters host:port,...
+//	redlock run -masters host:port,... -lock KEY [-ttl 10s] [-wait] [-grace 5s] -- CMD [ARGS...]
 //
 // The demo runs workers that each own a redlock.Client and compete for one
 // key, checks that their critical sections never overlap and that no update
@@ -33,6 +34,7 @@ import (
 
 const usage = `usage: redlock demo [flags]
        redlock inspect|watch|release|verify [flags] [KEY]   (redlock inspect -h)
+       redlock run [flags] -- CMD [ARGS...]                  (redlock run -h)
 
 demo runs workers that compete for one Redlock key and verifies mutual exclusion.
 Flags:`
@@ -50,6 +52,11 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return opsCLI(ctx, args, stdout, stderr)
+		case "run":
+			// SIGINT or SIGTERM stops the child as a lost lock does.
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runCLI(ctx, args, os.Stdin, stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("redlock demo", flag.ContinueOnError)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/internal/retry"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+const runUsage = `usage: redlock run -masters host:port,... -lock KEY [flags] -- CMD [ARGS...]
+
+Runs CMD while holding the lock KEY, renewed automatically. If the lock is lost,
+or less than a tenth of -ttl of its validity is left, CMD gets SIGTERM, then
+SIGKILL after -grace. The lock is released when CMD exits. Without -wait, a lock
+held elsewhere ends it at once.
+
+Exit status: CMD's, or 128+N if signal N ended it; 1 if the lock was not
+obtained or CMD could not be started (127 if it was not found); 2 on a usage
+error.
+Flags:`
+
+// runCmd is one run of redlock run.
+type runCmd struct {
+	masters       []string
+	prefix        string
+	key           string
+	ttl           time.Duration
+	grace         time.Duration
+	masterTimeout time.Duration
+	wait          bool
+	argv          []string
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// holder runs child while something is held, and returns child's error
+// joined with its own. A lock is one (-lock). A leadership (-elect, for
+// package election) is to be another. child's context ends when the hold
+// is lost or about to run out.
+type holder func(ctx context.Context, child func(ctx context.Context) error) error
+
+// runCLI runs redlock run with args (args[0] is "run") and returns the
+// exit status. It blocks until CMD has exited and the lock is released,
+// or, without the lock, until ctx ends (-wait) or at once.
+func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &runCmd{stdin: stdin, stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("redlock run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, runUsage)
+		fs.PrintDefaults()
+	}
+	masters := fs.String("masters", os.Getenv(EnvMasters), "comma-separated host:port of the masters (default $"+EnvMasters+")")
+	fs.StringVar(&c.prefix, "prefix", "", "the clients' redlock.Options.KeyPrefix")
+	fs.StringVar(&c.key, "lock", "", "the lock's name (required)")
+	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "the lock's TTL; it is renewed every third of it")
+	fs.BoolVar(&c.wait, "wait", false, "wait for the lock instead of exiting 1 when it is held elsewhere")
+	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	fs.DurationVar(&c.masterTimeout, "master-timeout", redlock.DefaultMasterTimeout, "redlock.Options.MasterTimeout")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "redlock run: %s\n", fmt.Sprintf(format, a...))
+		fs.Usage()
+		return 2
+	}
+	for m := range strings.SplitSeq(*masters, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			c.masters = append(c.masters, m)
+		}
+	}
+	c.argv = fs.Args()
+	switch {
+	case len(c.masters) == 0:
+		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
+	case c.key == "":
+		// -elect NAME, once package election has it, is the other choice.
+		return usage("give -lock KEY")
+	case len(c.argv) == 0:
+		return usage("no command: give it after --")
+	case c.grace < 0:
+		return usage("-grace %v must not be negative", c.grace)
+	}
+
+	clients := make([]*redis.Client, len(c.masters))
+	for i, addr := range c.masters {
+		clients[i] = redis.NewClient(harness.MasterOptions(addr))
+	}
+	defer func() {
+		for _, cl := range clients {
+			_ = cl.Close()
+		}
+	}()
+	client, err := redlock.New(clients, &redlock.Options{MasterTimeout: c.masterTimeout, KeyPrefix: c.prefix})
+	if err != nil {
+		return usage("%v", err)
+	}
+	defer client.Close()
+	hold, err := c.lockHolder(client)
+	if err != nil {
+		return usage("%v", err)
+	}
+
+	status, ran := 1, false
+	err = hold(ctx, func(ctx context.Context) error {
+		ran = true
+		var err error
+		status, err = c.child(ctx)
+		return err
+	})
+	switch {
+	case !ran:
+		fmt.Fprintf(stderr, "redlock run: %q not obtained: %v\n", c.key, err)
+		return 1
+	case err != nil:
+		fmt.Fprintf(stderr, "redlock run: %v\n", err)
+	}
+	return status
+}
+
+// lockHolder returns the holder of -lock: a Mutex renewed automatically.
+// Without -wait it makes one attempt.
+func (c *runCmd) lockHolder(client *redlock.Client) (holder, error) {
+	m, err := mutex.New(client, c.key, &mutex.Options{TTL: c.ttl, AutoRenew: true})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, child func(context.Context) error) error {
+		run := func(ctx context.Context, _ *redlock.Lock) error { return child(ctx) }
+		if c.wait {
+			return m.Do(ctx, run)
+		}
+		if err := m.TryLock(ctx); err != nil {
+			return err
+		}
+		return retry.Run(ctx, m.Current(), c.ttl/retry.MarginDivisor, c.ttl, run, m.Unlock)
+	}, nil
+}
+
+// child runs the command until it exits, and returns its exit status.
+// When ctx ends, it sends SIGTERM, then SIGKILL after the grace.
+func (c *runCmd) child(ctx context.Context) (int, error) {
+	cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
+	cmd.Cancel = func() error {
+		fmt.Fprintf(c.stderr, "redlock run: %v: sending SIGTERM to %s (SIGKILL in %v)\n", context.Cause(ctx), c.argv[0], c.grace)
+		return cmd.Process.Signal(syscall.SIGTERM)
+	}
+	cmd.WaitDelay = c.grace
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return 127, fmt.Errorf("start %s: %w", c.argv[0], err)
+		}
+		return 1, fmt.Errorf("start %s: %w", c.argv[0], err)
+	}
+	err := cmd.Wait()
+	ps := cmd.ProcessState
+	if ps == nil {
+		return 1, err
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ps.ExitCode(), nil
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/harness"
+)
+
+// syncBuffer is a bytes.Buffer that the child's output and redlock run's
+// own messages may write at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runRun runs redlock run against cluster's masters with args, and
+// returns its exit status and stderr.
+func runRun(ctx context.Context, cluster *harness.Cluster, args ...string) (int, string) {
+	var stdout, stderr syncBuffer
+	full := append([]string{"run", "-masters", strings.Join(cluster.Addrs(), ","), "-master-timeout", "200ms"}, args...)
+	code := runCLI(ctx, full, nil, &stdout, &stderr)
+	return code, stderr.String()
+}
+
+// assertNoLock checks, within 5s, that the lock named key is free on
+// every master: released, or never taken.
+func assertNoLock(t *testing.T, cluster *harness.Cluster, key string) {
+	t.Helper()
+	assert.Eventually(t, func() bool {
+		for i := range cluster.Masters {
+			v, _ := cluster.Admin(i).Get(context.Background(), "{"+key+"}").Result()
+			if v != "" && !strings.HasPrefix(v, "f:") {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestRunExitStatus(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx := t.Context()
+	code, stderr := runRun(ctx, cluster, "-lock", "job", "--", "sh", "-c", "exit 3")
+	assert.Equal(t, 3, code, stderr)
+	code, stderr = runRun(ctx, cluster, "-lock", "job", "--", "sh", "-c", "kill -KILL $$")
+	assert.Equal(t, 128+9, code, stderr)
+	code, stderr = runRun(ctx, cluster, "-lock", "job", "--", "no-such-command-redlock")
+	assert.Equal(t, 127, code, stderr)
+	assertNoLock(t, cluster, "job")
+}
+
+func TestRunUsage(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	ctx := t.Context()
+	for name, args := range map[string][]string{
+		"no lock":    {"--", "true"},
+		"no command": {"-lock", "job"},
+		"bad flag":   {"-lock", "job", "-nope", "--", "true"},
+		"short TTL":  {"-lock", "job", "-ttl", "1ms", "--", "true"},
+		"grace":      {"-lock", "job", "-grace", "-1s", "--", "true"},
+	} {
+		code, stderr := runRun(ctx, cluster, args...)
+		assert.Equal(t, 2, code, name)
+		assert.Contains(t, stderr, "usage: redlock run", name)
+	}
+	var stderr syncBuffer
+	assert.Equal(t, 2, runCLI(ctx, []string{"run", "-masters", "", "-lock", "job", "--", "true"}, nil, &stderr, &stderr), "no masters")
+	assertNoLock(t, cluster, "job")
+}
+
+// Without -wait, a lock held elsewhere ends redlock run at once.
+func TestRunHeldElsewhere(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx := t.Context()
+	c := newLockClient(t, cluster)
+	l, err := c.Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	code, stderr := runRun(ctx, cluster, "-lock", "job", "--", "touch", filepath.Join(dir, "ran"))
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, `"job" not obtained`)
+	assert.NoFileExists(t, filepath.Join(dir, "ran"))
+	require.NoError(t, l.Release(ctx))
+}
+
+// The lock is released from under the first child: it gets SIGTERM, and
+// the waiting second run starts its child.
+func TestRunLossStopsChild(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx := t.Context()
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
+	// sh runs the trap once the sleep under way ends.
+	script := `trap 'echo TERM >> "$0"; exit 7' TERM; echo started > "$0"; while :; do sleep 0.05; done`
+
+	type result struct {
+		code   int
+		stderr string
+	}
+	firstDone, secondDone := make(chan result, 1), make(chan result, 1)
+	go func() {
+		code, stderr := runRun(ctx, cluster, "-lock", "job", "-ttl", "1500ms", "-grace", "5s", "--", "sh", "-c", script, first)
+		firstDone <- result{code, stderr}
+	}()
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(first)
+		return strings.Contains(string(b), "started")
+	}, 10*time.Second, 10*time.Millisecond, "the first child did not start")
+	go func() {
+		code, stderr := runRun(ctx, cluster, "-lock", "job", "-ttl", "1500ms", "-wait", "--", "sh", "-c", `echo second > "$0"`, second)
+		secondDone <- result{code, stderr}
+	}()
+	// The second run waits while the first holds the lock, over several
+	// renewals (one per half second).
+	time.Sleep(1500 * time.Millisecond)
+	assert.NoFileExists(t, second, "the second child ran while the first held the lock")
+
+	code, out, stderr := ops(t, cluster, "release", "-force", "job")
+	require.Equal(t, 0, code, out+stderr)
+
+	var r result
+	select {
+	case r = <-firstDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first run did not end within 20s of the loss")
+	}
+	assert.Equal(t, 7, r.code, "the child's exit status: %s", r.stderr)
+	assert.Contains(t, r.stderr, "sending SIGTERM")
+	b, _ := os.ReadFile(first)
+	assert.Contains(t, string(b), "TERM", "the child got SIGTERM")
+
+	select {
+	case r = <-secondDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second run did not end within 20s")
+	}
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, second)
+	assertNoLock(t, cluster, "job")
+}
+
+// A child that ignores SIGTERM is killed after the grace.
+func TestRunKillsAfterGrace(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	done := make(chan int, 1)
+	go func() {
+		code, _ := runRun(ctx, cluster, "-lock", "job", "-grace", "200ms", "--", "sh", "-c", `trap '' TERM; touch "$0"; while :; do sleep 0.05; done`, started)
+		done <- code
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	cancel() // as SIGINT to redlock run
+	select {
+	case code := <-done:
+		assert.Equal(t, 128+9, code, "SIGKILL")
+	case <-time.After(20 * time.Second):
+		t.Fatal("redlock run did not end within 20s")
+	}
+	assertNoLock(t, cluster, "job")
+}
