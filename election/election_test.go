@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,4 +241,189 @@ func TestLostWhenKeysDeleted(t *testing.T) {
 	}
 	_, err = e.Leader(ctx)
 	assert.ErrorIs(t, err, election.ErrNoLeader, "Run resigned")
+}
+
+// sharedMasters returns go-redis clients on the examples' masters, closed
+// by the test's cleanup.
+func sharedMasters(t *testing.T) []*redis.Client {
+	t.Helper()
+	if strings.HasPrefix(exampletest.Addrs[0], "10.") {
+		t.Skip("no redis-server: the examples' masters did not start")
+	}
+	masters := make([]*redis.Client, len(exampletest.Addrs))
+	for i, a := range exampletest.Addrs {
+		masters[i] = redis.NewClient(harness.MasterOptions(a))
+		t.Cleanup(func() { _ = masters[i].Close() })
+	}
+	return masters
+}
+
+// own2 returns another client on cl's masters: another process.
+func own2(t *testing.T, cl *harness.Cluster) *redlock.Client {
+	t.Helper()
+	masters := make([]*redis.Client, len(cl.Masters))
+	for i, m := range cl.Masters {
+		masters[i] = redis.NewClient(harness.MasterOptions(m.Addr()))
+	}
+	return newClient(t, masters)
+}
+
+// TestPausedLeaderEndsBeforeItsValidity: with a majority of masters
+// paused, renewals cannot land; the leadership ends a tenth of the TTL
+// (200ms) before the lock's validity runs out, not after.
+func TestPausedLeaderEndsBeforeItsValidity(t *testing.T) {
+	ctx := t.Context()
+	cl, client := own(t)
+	e := newElection(t, client, "paused", nil)
+	l, err := e.Campaign(ctx, "me")
+	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, cl.Masters[i].Pause(ctx))
+	}
+	t.Cleanup(func() {
+		for i := range 3 {
+			_ = cl.Masters[i].Resume(context.Background())
+		}
+	})
+	select {
+	case <-l.Done():
+	case <-time.After(2 * ttl):
+		t.Fatal("leadership did not end")
+	}
+	ended := time.Now()
+	validity := l.Until().Add(ttl / 10) // the lock's, which no renewal moved
+	assert.True(t, ended.Before(validity), "ended %v, validity until %v", ended, validity)
+	assert.ErrorIs(t, l.Err(), election.ErrLost)
+	assert.ErrorIs(t, context.Cause(l.Context()), redlock.ErrNotHeld)
+	for i := range 3 {
+		require.NoError(t, cl.Masters[i].Resume(ctx))
+	}
+	require.NoError(t, l.Resign(ctx))
+}
+
+// TestBadInput: each bad argument gets an error wrapping
+// redlock.ErrInvalidArgument, or the context's, and nothing is written
+// on the masters.
+func TestBadInput(t *testing.T) {
+	ctx := t.Context()
+	client := shared(t)
+	masters := sharedMasters(t)
+	name := t.Name()
+
+	_, err := election.New(nil, name, nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, err = election.New(client, "", nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, err = election.New(client, name, &election.Options{TTL: time.Microsecond})
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	unfenced, err := redlock.New(masters, &redlock.Options{NoFencing: true})
+	require.NoError(t, err)
+	defer unfenced.Close()
+	_, err = election.New(unfenced, name, nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	var zero election.Election
+	_, err = zero.Campaign(ctx, "v")
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+
+	e := newElection(t, client, name, nil)
+	var nilCtx context.Context // a variable: staticcheck flags a literal nil
+	_, err = e.Campaign(nilCtx, "v")
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, err = e.Leader(nilCtx)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	err = e.Run(nilCtx, "v", func(context.Context, *election.Leadership) error { return nil })
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.ErrorIs(t, e.Run(ctx, "v", nil), redlock.ErrInvalidArgument)
+	_, open := <-e.Observe(nilCtx)
+	assert.False(t, open)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = e.Campaign(cancelled, "v")
+	assert.ErrorIs(t, err, context.Canceled)
+	err = e.Run(cancelled, "v", func(context.Context, *election.Leadership) error { return nil })
+	assert.ErrorIs(t, err, context.Canceled)
+	for i, m := range masters {
+		n, err := m.Exists(ctx, "{"+name+"}", "{"+name+"}:eh").Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "master %d", i)
+	}
+
+	// A candidate that gives up waiting leaves no hold behind.
+	l, err := e.Campaign(ctx, "leader")
+	require.NoError(t, err)
+	assert.ErrorIs(t, l.Proclaim(nilCtx, "x"), redlock.ErrInvalidArgument)
+	assert.ErrorIs(t, l.Resign(nilCtx), redlock.ErrInvalidArgument)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = newElection(t, shared(t), name, nil).Campaign(short, "waiter")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, l.Resign(ctx))
+	_, err = e.Leader(ctx)
+	assert.ErrorIs(t, err, election.ErrNoLeader)
+	for i, m := range masters {
+		v, err := m.Get(ctx, "{"+name+"}").Result()
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(v, "f:"), "master %d holds %q, not a free lock", i, v)
+	}
+}
+
+// TestNameWithBrace: '}' in a name or a value needs nothing special.
+func TestNameWithBrace(t *testing.T) {
+	ctx := t.Context()
+	for _, name := range []string{"}a}", "a}b"} {
+		e := newElection(t, shared(t), t.Name()+name, nil)
+		l, err := e.Campaign(ctx, "v}")
+		require.NoError(t, err)
+		info, err := e.Leader(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "v}", info.Value)
+		require.NoError(t, l.Resign(ctx))
+	}
+}
+
+// TestRunHandsOver: two candidates under Run take turns, one at a time,
+// each with a larger epoch; no goroutine of Run is left once both return.
+func TestRunHandsOver(t *testing.T) {
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var mu sync.Mutex
+	var epochs []uint64
+	active := 0
+	fn := func(ctx context.Context, l *election.Leadership) error {
+		mu.Lock()
+		active++
+		epochs = append(epochs, l.Epoch())
+		n, overlap := len(epochs), active > 1
+		mu.Unlock()
+		assert.False(t, overlap, "two leaders at once")
+		if n >= 6 {
+			stop()
+		}
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		active--
+		mu.Unlock()
+		return nil
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		e := newElection(t, shared(t), t.Name(), nil)
+		go func() { errs <- e.Run(ctx, "v", fn) }()
+	}
+	for range 2 {
+		select {
+		case err := <-errs:
+			assert.ErrorIs(t, err, context.Canceled)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(epochs), 6)
+	for i := 1; i < len(epochs); i++ {
+		assert.Greater(t, epochs[i], epochs[i-1])
+	}
+	noGoroutines(t, "election.(*Election).Run")
 }
