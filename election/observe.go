@@ -2,9 +2,11 @@ package election
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
+	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/link"
 )
 
@@ -19,7 +21,8 @@ import (
 // masters keep the history (128 entries, for 10 TTLs after the last).
 //
 // A send blocks until the caller receives. The channel is closed once
-// ctx ends, and no goroutine of Observe's is left then. The client's
+// ctx ends, or the client is closed, and no goroutine of Observe's is
+// left then. The client's
 // subscription to the election's channel, shared with Campaign's
 // waiters, lingers for 2s after its last user, and ends at Client.Close.
 // A nil ctx or a zero Election gets a closed channel.
@@ -43,6 +46,7 @@ type observer struct {
 	started bool
 	cur     LeaderInfo // the last reported
 	ended   uint64     // the latest epoch reported ended: its later entries are stale
+	closed  bool       // the client is closed: Observe ends
 }
 
 func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
@@ -54,6 +58,9 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 	poll := max(e.opts.TTL/4, e.opts.MinRetryDelay)
 	for ctx.Err() == nil {
 		next, ok := o.step(ctx)
+		if o.closed {
+			return
+		}
 		if !ok { // too few masters answered: again soon, backing off
 			next = delay/2 + rand.N(delay/2+1)
 			delay = min(2*delay, e.opts.MaxRetryDelay)
@@ -84,6 +91,7 @@ func (o *observer) step(ctx context.Context) (time.Duration, bool) {
 	}
 	r := e.read(ctx, after, readBatch)
 	if r.answered < r.quorum {
+		o.closed = r.answered == 0 && len(r.errs) > 0 && errors.Is(r.errs[0], redlock.ErrClosed)
 		return 0, false
 	}
 	if !o.started {

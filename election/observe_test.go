@@ -162,3 +162,13 @@ func noGoroutines(t *testing.T, fn string) {
 	}
 	t.Fatalf("goroutine of %s left:\n%s", fn, stacks)
 }
+
+// TestObserveEndsWithTheClient: Client.Close ends an observer too.
+func TestObserveEndsWithTheClient(t *testing.T) {
+	c, err := redlock.New(sharedMasters(t), &redlock.Options{MasterTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	ch := newElection(t, c, t.Name(), nil).Observe(t.Context())
+	assert.True(t, next(t, ch, ttl).Vacant)
+	require.NoError(t, c.Close())
+	requireClosed(t, ch)
+}
