@@ -471,3 +471,62 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1] .. ':rh') end -- the last reader
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
+
+--- @election
+-- Elections (package election). The election named n is the exclusive
+-- lock named n (KEYS[1], K), and K:eh (KEYS[2]), its history: a stream of
+-- what its leaders proclaimed. An entry's ID is "epoch-seq": the leader's
+-- fencing token, and 0 for its win or n for its n-th proclaim after it. Its
+-- one field is "v" with the value, or "r" with "" where the leader resigned.
+-- A leader writes only where its Lock holds the lock, on a quorum, so a
+-- read of any majority meets every leader's win. Tokens only grow, so the
+-- IDs on one master do too. Arguments: ARGV[1] owner, ARGV[2] nonce,
+-- ARGV[3] epoch, ARGV[4] seq, ARGV[5] value, ARGV[6] the history's TTL
+-- (ms), ARGV[7] its longest length. Each entry is published on channel K,
+-- as "e:epoch-seq", so that observers read at once.
+
+-- appendEntry adds field and value to the history (keys) as ARGV's entry,
+-- where the Lock of owner and nonce holds the lock. Where the Lock's
+-- token there is lower than the epoch (an acquire's fence round did not
+-- reach this master), it raises it, as fence does. It replies 1 where the
+-- entry is there, 0 where the Lock does not hold the lock.
+local function appendEntry(keys, argv, field, value)
+  local holds, token, waited, holder = parse(redis.call('GET', keys[1]))
+  if holder ~= holderOf(argv[2], argv[1]) or less(argv[3], token) then return 0 end
+  if less(token, argv[3]) then
+    redis.call('SET', keys[1], valueOf(holds, argv[3], waited, holder), 'KEEPTTL')
+  end
+  local id = argv[3] .. '-' .. argv[4]
+  local last = redis.call('XREVRANGE', keys[2], '+', '-', 'COUNT', 1)[1]
+  if last then
+    local epoch, seq = last[1]:match('^(%d+)-(%d+)$')
+    if last[1] == id then return 1 end -- the same call, landed twice
+    if less(argv[3], epoch) or epoch == argv[3] and less(argv[4], seq) then
+      return redis.error_reply('history ' .. keys[2] .. ' is at ' .. last[1] .. ', past ' .. id)
+    end
+  end
+  redis.call('XADD', keys[2], 'MAXLEN', argv[7], id, field, value)
+  lengthen(keys[2], tonumber(argv[6]))
+  redis.call('PUBLISH', keys[1], 'e:' .. id)
+  return 1
+end
+
+--- elect_record @value @tokens @ttl @election
+-- A leader's win (seq 0) or proclaim: its value, appended to the history.
+return appendEntry(KEYS, ARGV, 'v', ARGV[5])
+
+--- elect_resign @value @tokens @ttl @election
+-- A leader's resignation, appended to the history before its release.
+return appendEntry(KEYS, ARGV, 'r', '')
+
+--- elect_read
+-- Reads an election (see @election), changing nothing. It replies the
+-- lock's value (nil for none), its PTTL, the history's entries after ID
+-- ARGV[1] (none where ARGV[1] is empty), at most ARGV[2] of them, and the
+-- history's last entry (nil for none).
+local entries = {}
+if ARGV[1] ~= '' then
+  entries = redis.call('XRANGE', KEYS[2], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1] or false
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), entries, last}
