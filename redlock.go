@@ -119,7 +119,8 @@ type Options struct {
 	NoRepair bool
 
 	// Observer, if not nil, receives every quorum round and every lock
-	// event (see Observer). Default: nil, and then nothing is measured.
+	// event (see Observer). Observers combines several. Default: nil, and
+	// then nothing is measured.
 	Observer Observer
 
 	// NewValue returns the value that identifies one acquisition. It must

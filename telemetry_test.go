@@ -1,0 +1,100 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOutcome: contention and the caller's own end are told apart from
+// failures, from what the masters answered.
+func TestOutcome(t *testing.T) {
+	ctx := context.Background()
+	fs := fakes(5)
+	c := newFakeClient(t, fs, &Options{MasterTimeout: 50 * time.Millisecond})
+	l, err := c.Acquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, "ok", Outcome(nil))
+
+	_, err = c.Acquire(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.Equal(t, "contended", Outcome(err), "every master refused: %v", err)
+	wrapped := fmt.Errorf("%w; gave up waiting: %w", err, context.DeadlineExceeded)
+	assert.Equal(t, "contended", Outcome(wrapped), "a wait that gave up says why it waited")
+
+	for _, f := range fs[:3] {
+		f.mu.Lock()
+		f.err = errors.New("ERR boom")
+		f.mu.Unlock()
+	}
+	_, err = c.Acquire(ctx, "other", time.Minute)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.Equal(t, "no_quorum", Outcome(err), "too few answered: %v", err)
+	_, err = c.Acquire(ctx, "k", time.Minute)
+	assert.Equal(t, "no_quorum", Outcome(err), "two refusals make no quorum of answers: %v", err)
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, ErrNoQuorum)
+	assert.Equal(t, "no_quorum", Outcome(err))
+
+	// Failed masters are silent for a while: another client.
+	fs = fakes(5)
+	l, err = newFakeClient(t, fs, nil).Acquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	for _, f := range fs[:3] {
+		f.set(l.keys.Names[0], "thief")
+	}
+	err = l.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.Equal(t, "not_held", Outcome(err))
+
+	assert.Equal(t, "expired", Outcome(&QuorumError{Expired: true, sentinel: ErrNotObtained}))
+	assert.Equal(t, "canceled", Outcome(&QuorumError{sentinel: ErrNotObtained, ctxErr: context.Canceled}))
+	assert.Equal(t, "error", Outcome(&QuorumError{sentinel: ErrNotObtained, upgrade: true}))
+	assert.Equal(t, "canceled", Outcome(fmt.Errorf("%w: gave up: %w", ErrNotObtained, context.Canceled)))
+	assert.Equal(t, "closed", Outcome(errClosedOp("acquire", "k")))
+	assert.Equal(t, "error", Outcome(invalidf("empty key")))
+}
+
+// TestObservers: one Observer hands everything to each, in order, and
+// skips nil ones.
+func TestObservers(t *testing.T) {
+	assert.Nil(t, Observers())
+	assert.Nil(t, Observers(nil, nil))
+	a, b := &recorder{}, &recorder{}
+	assert.Same(t, a, Observers(nil, a))
+	c := newFakeClient(t, fakes(3), &Options{Observer: Observers(a, nil, b)})
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	for _, r := range []*recorder{a, b} {
+		assert.Equal(t, []EventKind{EventAcquired, EventReleased}, r.kinds())
+		r.mu.Lock()
+		assert.Len(t, r.rounds, 2)
+		r.mu.Unlock()
+	}
+}
+
+// TestObserveAttemptOncePerEpisode: a waiting lock's attempts that reach
+// no quorum are reported once, until an attempt hears a quorum.
+func TestObserveAttemptOncePerEpisode(t *testing.T) {
+	rec := &recorder{}
+	c := newFakeClient(t, fakes(3), &Options{Observer: rec})
+	ctx := context.Background()
+	noQuorum := &QuorumError{Op: "acquire", Key: "k", Quorum: 2, sentinel: ErrNotObtained,
+		Masters: []MasterResult{{Err: ErrMasterTimeout}, {Err: ErrMasterTimeout}, {Err: ErrHeldElsewhere}}}
+	contended := &QuorumError{Op: "acquire", Key: "k", Quorum: 2, sentinel: ErrNotObtained,
+		Masters: []MasterResult{{Err: ErrHeldElsewhere}, {Err: ErrHeldElsewhere}, {Err: ErrMasterTimeout}}}
+	var h linked
+	stalled := false
+	for _, err := range []error{contended, noQuorum, noQuorum, context.Canceled, noQuorum, contended, noQuorum, nil} {
+		stalled = h.ObserveAttempt(ctx, c, "k", err, stalled)
+	}
+	assert.False(t, stalled)
+	assert.Equal(t, []EventKind{EventNoQuorum, EventNoQuorum}, rec.kinds(), "two episodes")
+	assert.Equal(t, "no_quorum", EventNoQuorum.String())
+}
