@@ -120,6 +120,9 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 		return nil, err
 	}
 	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: writeWait}, ttl: ttl}
+	if c.observer != nil {
+		l.origin = context.WithoutCancel(ctx)
+	}
 	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +99,66 @@ func TestObserveAttemptOncePerEpisode(t *testing.T) {
 	assert.False(t, stalled)
 	assert.Equal(t, []EventKind{EventNoQuorum, EventNoQuorum}, rec.kinds(), "two episodes")
 	assert.Equal(t, "no_quorum", EventNoQuorum.String())
+}
+
+// ctxRecorder keeps the value of ctxKey in the context of each round and
+// event.
+type ctxRecorder struct {
+	mu     sync.Mutex
+	rounds map[string][]any // by op
+	events map[EventKind][]any
+}
+
+type ctxKey struct{}
+
+func (r *ctxRecorder) ObserveRound(ctx context.Context, rd Round) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rounds[rd.Op] = append(r.rounds[rd.Op], ctx.Value(ctxKey{}))
+}
+
+func (r *ctxRecorder) ObserveEvent(ctx context.Context, e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events[e.Kind] = append(r.events[e.Kind], ctx.Value(ctxKey{}))
+}
+
+func (r *ctxRecorder) event(k EventKind) []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events[k])
+}
+
+// TestRenewalHasTheAcquiresValues: the renewal's rounds and events, and
+// the loss, carry the values of the acquire's context (a trace's span),
+// not its cancellation.
+func TestRenewalHasTheAcquiresValues(t *testing.T) {
+	rec := &ctxRecorder{rounds: map[string][]any{}, events: map[EventKind][]any{}}
+	fs := fakes(3)
+	c := newFakeClient(t, fs, &Options{Observer: rec, MasterTimeout: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "job"))
+	l, err := c.Acquire(ctx, "k", 300*time.Millisecond)
+	require.NoError(t, err)
+	cancel() // the caller's context ends: renewal goes on
+	l.AutoRenew()
+	require.Eventually(t, func() bool { return len(rec.event(EventRenewed)) > 0 }, 5*time.Second, time.Millisecond)
+	for _, f := range fs {
+		f.mu.Lock()
+		f.data = map[string]string{} // the lock is gone: the next renewal loses it
+		f.mu.Unlock()
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock was not lost")
+	}
+	require.Eventually(t, func() bool { return len(rec.event(EventLost)) > 0 }, 5*time.Second, time.Millisecond)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.NotEmpty(t, rec.rounds["renew"])
+	for _, v := range rec.rounds["renew"] {
+		assert.Equal(t, "job", v, "a renewal round")
+	}
+	assert.Equal(t, []any{"job"}, rec.events[EventLost])
+	assert.Equal(t, "job", rec.events[EventRenewed][0])
 }
