@@ -39,7 +39,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, exclusiveMode, key, value, value, ttl, 0)
+	return c.acquire(ctx, exclusiveMode, key, value, c.nonce(value), ttl, 0)
 }
 
 // AcquireAs is Acquire with a reentrant lock held by owner. While owner
@@ -84,7 +84,17 @@ func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, t
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, m, key, owner, nonce, ttl, writeWait)
+	return c.acquire(ctx, m, key, owner, c.nonce(nonce), ttl, writeWait)
+}
+
+// nonce returns a Lock's nonce from value, a new value: with
+// Options.Holder, the value, a space and the holder. The masters store
+// it with the lock, and name its release markers after it.
+func (c *Client) nonce(value string) string {
+	if c.holder == "" {
+		return value
+	}
+	return value + " " + c.holder
 }
 
 // value returns a new value from NewValue: the Acquire's owner, and every

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,4 +162,39 @@ func TestRenewalHasTheAcquiresValues(t *testing.T) {
 	}
 	assert.Equal(t, []any{"job"}, rec.events[EventLost])
 	assert.Equal(t, "job", rec.events[EventRenewed][0])
+}
+
+// TestHolderGoesWithTheNonce: Options.Holder is stored with each Lock, as
+// part of its nonce, and checked where it is given.
+func TestHolderGoesWithTheNonce(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, &Options{Holder: "web-3 pid 42"})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	r, err := c.AcquireAs(ctx, "r", "owner", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Value()+" web-3 pid 42", l.nonce)
+	assert.True(t, strings.HasSuffix(r.nonce, " web-3 pid 42"), r.nonce)
+	assert.Equal(t, "owner", r.Value())
+	nonce, _ := func() (string, bool) {
+		fs[0].mu.Lock()
+		defer fs[0].mu.Unlock()
+		n, ok := fs[0].nonces[l.keys.Names[0]]
+		return n, ok
+	}()
+	assert.Equal(t, l.nonce, nonce, "stored on the master")
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, r.Release(ctx))
+
+	plain := newFakeClient(t, fakes(3), nil)
+	l, err = plain.Acquire(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, l.Value(), l.nonce, "nothing without a Holder")
+	require.NoError(t, l.Release(ctx))
+
+	for _, bad := range []string{"a}b", "line\nbreak", strings.Repeat("x", 201)} {
+		_, err := New(fakes(1), &Options{Holder: bad})
+		assert.ErrorIs(t, err, ErrInvalidArgument, "%q", bad)
+	}
 }
