@@ -14,8 +14,9 @@ import (
 // must not call back into the Client nor its Locks. ctx is the caller's
 // context of the operation, for tracing; it may have ended.
 //
-// They must not panic. ObserveRound, EventAcquired and EventWaited are
-// reported on the goroutine of the call they describe. A panic there
+// They must not panic. ObserveRound, EventAcquired, EventWaited and
+// EventNoQuorum are reported on the goroutine of the call they describe.
+// A panic there
 // reaches the caller; an Acquire that panics releases the lock it got.
 // The other events are queued when the Lock's state changes. They may be
 // reported on another goroutine, the library's own included. A panic in
