@@ -39,7 +39,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, exclusiveMode, key, value, value, ttl, 0)
+	return c.acquire(ctx, exclusiveMode, key, value, c.nonce(value), ttl, 0)
 }
 
 // AcquireAs is Acquire with a reentrant lock held by owner. While owner
@@ -84,7 +84,17 @@ func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, t
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, m, key, owner, nonce, ttl, writeWait)
+	return c.acquire(ctx, m, key, owner, c.nonce(nonce), ttl, writeWait)
+}
+
+// nonce returns a Lock's nonce from value, a new value: with
+// Options.Holder, the value, a space and the holder. The masters store
+// it with the lock, and name its release markers after it.
+func (c *Client) nonce(value string) string {
+	if c.holder == "" {
+		return value
+	}
+	return value + " " + c.holder
 }
 
 // value returns a new value from NewValue: the Acquire's owner, and every
@@ -120,6 +130,9 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 		return nil, err
 	}
 	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: writeWait}, ttl: ttl}
+	if c.observer != nil {
+		l.origin = context.WithoutCancel(ctx)
+	}
 	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -70,7 +70,25 @@ var (
 	// per MasterTimeout, until it answers a call in time. It never counts
 	// as agreeing. It matches ErrNoReply.
 	ErrMasterSilent error = silentError{}
+
+	// ErrWithdrawn is a master's error in a QuorumError when the round
+	// took its call back before it was sent. The master was behind, busy
+	// with earlier calls, when the round was decided without it. It is
+	// no fault of the master's answers, and nothing reached it. It
+	// matches ErrNoReply.
+	ErrWithdrawn error = withdrawnError{}
 )
+
+// withdrawnError is ErrWithdrawn. Like silentError, it matches ErrNoReply
+// without repeating its text.
+type withdrawnError struct{}
+
+func (withdrawnError) Error() string {
+	return "redlock: withdrawn: not sent to a master that was behind"
+}
+
+// Is matches ErrNoReply: the round was decided before the call was sent.
+func (withdrawnError) Is(target error) bool { return target == ErrNoReply }
 
 // silentError is ErrMasterSilent. It says once why the master told
 // nothing, and still matches ErrNoReply: %w would repeat its text.
@@ -88,8 +106,8 @@ type MasterResult struct {
 	// Err says why the master did not agree. It is ErrHeldElsewhere when
 	// it refused an acquire. It is ErrNotHeld when it refused a re-entry,
 	// extend or release: the lock is not ours there. Else it is
-	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, ErrMasterSilent, the
-	// caller's context error, or the master's own error. A master whose
+	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, ErrMasterSilent,
+	// ErrWithdrawn, the caller's context error, or the master's own error. A master whose
 	// agreement does not count has ErrReplica or a *SameServerError here.
 	// Or it has ErrNotReplicated (its replicas did not all acknowledge the
 	// write in time), or ErrQuarantined (it reaches a new server lately).

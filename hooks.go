@@ -48,3 +48,16 @@ func (linked) ObserveWait(ctx context.Context, c *Client, key string, waited tim
 	}
 	o.ObserveEvent(ctx, e)
 }
+
+func (linked) ObserveAttempt(ctx context.Context, c *Client, key string, err error, stalled bool) bool {
+	switch Outcome(err) {
+	case outcomeNoQuorum:
+		if o := c.observer; o != nil && !stalled {
+			o.ObserveEvent(ctx, Event{Kind: EventNoQuorum, Key: key, Err: err})
+		}
+		return true
+	case outcomeOK, outcomeContended:
+		return false
+	}
+	return stalled
+}

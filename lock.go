@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,11 @@ type lockID struct {
 	nonce  string // random per Lock: see scripts.lua
 	keys   pipeline.Keys
 	token  uint64
+	// origin is the first acquire's context without its cancellation,
+	// only with an Observer. Its values (a trace's span, say) go with
+	// the lock's renewals and its loss, so that they show in the trace of
+	// the work the lock guards.
+	origin context.Context
 	// boxed holds the arguments that args sends again and again. They
 	// are boxed once, to save an allocation per call.
 	boxed struct {
@@ -287,4 +293,13 @@ func (l *Lock) String() string {
 		return "redlock.Lock(nil)"
 	}
 	return "redlock.Lock(" + quote(l.key) + ")"
+}
+
+// eventContext is the context of the lock's events that no call of the
+// caller's tells: a loss, say. It has the first acquire's values.
+func (l *Lock) eventContext() context.Context {
+	if l.origin != nil {
+		return l.origin
+	}
+	return context.Background()
 }

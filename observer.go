@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -13,8 +14,9 @@ import (
 // must not call back into the Client nor its Locks. ctx is the caller's
 // context of the operation, for tracing; it may have ended.
 //
-// They must not panic. ObserveRound, EventAcquired and EventWaited are
-// reported on the goroutine of the call they describe. A panic there
+// They must not panic. ObserveRound, EventAcquired, EventWaited and
+// EventNoQuorum are reported on the goroutine of the call they describe.
+// A panic there
 // reaches the caller; an Acquire that panics releases the lock it got.
 // The other events are queued when the Lock's state changes. They may be
 // reported on another goroutine, the library's own included. A panic in
@@ -89,9 +91,15 @@ const (
 	EventLost
 	// EventReleased: the last Release ran; Err is its error, if any.
 	EventReleased
+	// EventNoQuorum: a blocking Lock of package mutex or rwmutex could
+	// not reach a quorum. Too few masters answered its attempt: they are
+	// down, slow or failing. Err is the attempt's error. It is reported
+	// once per episode: again only after an attempt that heard a quorum
+	// answer, granted or refused.
+	EventNoQuorum
 )
 
-var eventNames = [...]string{"", "acquired", "waited", "renewed", "renewal_failed", "lost", "released"}
+var eventNames = [...]string{"", "acquired", "waited", "renewed", "renewal_failed", "lost", "released", "no_quorum"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
@@ -213,3 +221,113 @@ func inBackground(ctx context.Context) context.Context {
 }
 
 func isBackground(ctx context.Context) bool { return ctx.Value(backgroundKey{}) != nil }
+
+// Outcomes of an operation, as Outcome names them.
+const (
+	outcomeOK        = "ok"
+	outcomeContended = "contended"
+	outcomeCanceled  = "canceled"
+	outcomeClosed    = "closed"
+	outcomeNotHeld   = "not_held"
+	outcomeNoQuorum  = "no_quorum"
+	outcomeExpired   = "expired"
+	outcomeError     = "error"
+)
+
+// Outcome names how an operation ended, from the error it returned, for
+// metrics and logs. A Round's outcome is Outcome(r.Err); an EventWaited's
+// is Outcome(e.Err). The names:
+//
+//	ok         the quorum agreed (err is nil)
+//	contended  enough masters answered, and some refused: another owner holds the lock
+//	canceled   the caller's context ended first
+//	closed     the Client was closed
+//	not_held   the lock was lost, or not held (ErrNotHeld)
+//	no_quorum  too few masters answered to decide: down, slow or failing
+//	expired    a quorum agreed, but too late: no validity was left
+//	error      anything else, such as an invalid argument or an upgrade
+//
+// The last four are failures. Contention and the caller's own
+// cancellation are how locks work: a healthy service under contention
+// shows only ok and contended.
+func Outcome(err error) string {
+	var qe *QuorumError
+	switch {
+	case err == nil:
+		return outcomeOK
+	case errors.As(err, &qe):
+		return qe.outcome()
+	case errors.Is(err, ErrClosed):
+		return outcomeClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return outcomeCanceled
+	case errors.Is(err, ErrNotHeld):
+		return outcomeNotHeld
+	}
+	return outcomeError
+}
+
+// outcome is Outcome of e. An acquire is contended where the masters
+// that answered, agreeing or refusing, make a quorum. Too few answers is
+// no quorum, whoever else holds the lock.
+func (e *QuorumError) outcome() string {
+	switch {
+	case e.upgrade:
+		return outcomeError
+	case e.Expired:
+		return outcomeExpired
+	case e.sentinel == ErrNotHeld:
+		return outcomeNotHeld
+	}
+	if e.sentinel == ErrNotObtained {
+		refused := 0
+		for _, m := range e.Masters {
+			if !m.Agreed && isRefusal(m.Err) {
+				refused++
+			}
+		}
+		if refused > 0 && e.Agreed+refused >= e.Quorum {
+			return outcomeContended
+		}
+	}
+	if e.ctxErr != nil {
+		return outcomeCanceled
+	}
+	return outcomeNoQuorum
+}
+
+// Observers returns one Observer that hands each round and event to
+// every one of obs, in order: an slogobserver and an otelredlock
+// Observer together, say. Nil ones are skipped. With none left it
+// returns nil, and nothing is measured. A panic of one skips the others
+// for that call (see Observer).
+func Observers(obs ...Observer) Observer {
+	var list observers
+	for _, o := range obs {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0]
+	}
+	return list
+}
+
+// observers is what Observers returns for two or more.
+type observers []Observer
+
+func (os observers) ObserveRound(ctx context.Context, r Round) {
+	for _, o := range os {
+		o.ObserveRound(ctx, r)
+	}
+}
+
+func (os observers) ObserveEvent(ctx context.Context, e Event) {
+	for _, o := range os {
+		o.ObserveEvent(ctx, e)
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/go-redlock/redlock/internal/pipeline"
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
@@ -158,6 +159,9 @@ func (c *Client) masterResult(i int, r quorum.Result, refused, ctxErr error, tim
 		}
 		if m.Err == nil && !m.Agreed { // it answered no
 			m.Err = refused
+		}
+		if errors.Is(r.Err, pipeline.ErrWithdrawn) { // never sent: no answer, no latency
+			m.Err, m.Latency = ErrWithdrawn, 0
 		}
 	case ctxErr != nil:
 		m.Err = ctxErr

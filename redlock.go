@@ -25,9 +25,11 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -119,7 +121,8 @@ type Options struct {
 	NoRepair bool
 
 	// Observer, if not nil, receives every quorum round and every lock
-	// event (see Observer). Default: nil, and then nothing is measured.
+	// event (see Observer). Observers combines several. Default: nil, and
+	// then nothing is measured.
 	Observer Observer
 
 	// NewValue returns the value that identifies one acquisition. It must
@@ -130,6 +133,14 @@ type Options struct {
 	// TTL.
 	// Default: 128 random bits from crypto/rand, as base32 text.
 	NewValue func() (string, error)
+
+	// Holder describes this client's locks to people, such as
+	// fmt.Sprintf("%s pid %d", hostname, os.Getpid()). Each Lock stores
+	// it with its random nonce on the masters, and `redlock inspect`
+	// shows it. It goes away with the lock. It must hold no '}' and no
+	// control character, and at most 200 bytes. Default: "", and nothing
+	// is stored.
+	Holder string
 }
 
 // Client acquires locks on a set of independent Redis masters.
@@ -170,6 +181,7 @@ type config struct {
 	noRepair      bool
 	observer      Observer
 	newValue      func() (string, error)
+	holder        string // appended to each nonce, after a space
 }
 
 // New returns a Client for the given masters, which must be independent
@@ -230,6 +242,7 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 			noRepair:      opts.NoRepair,
 			observer:      opts.Observer,
 			newValue:      opts.NewValue,
+			holder:        opts.Holder,
 		},
 		nodes:   make([]node, n),
 		epoch:   time.Now(),
@@ -261,6 +274,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	}
 	if c.newValue == nil {
 		c.newValue = randomValue
+	}
+	if err := checkHolder(c.holder); err != nil {
+		return nil, err
 	}
 	seen := make(map[any]int, n)
 	for i, m := range masters {
@@ -545,4 +561,21 @@ func (c *Client) closeLocks() {
 	}
 	c.renew.close()
 	c.gate.renewals.Wait()
+}
+
+// maxHolder bounds Options.Holder: it goes with every call of a Lock.
+const maxHolder = 200
+
+// checkHolder refuses an Options.Holder that would break a key name
+// ('}') or the one line `redlock inspect` gives it.
+func checkHolder(h string) error {
+	switch {
+	case len(h) > maxHolder:
+		return invalidf("Holder %s: %d bytes, more than %d", quote(h), len(h), maxHolder)
+	case strings.Contains(h, "}"):
+		return invalidf("Holder %s: must not hold '}'", quote(h))
+	case strings.ContainsFunc(h, unicode.IsControl):
+		return invalidf("Holder %s: must not hold a control character", quote(h))
+	}
+	return nil
 }

@@ -73,9 +73,14 @@ func (r *renewal) Err() error {
 	}
 }
 
+// Value has the values of the lock's first acquire, such as the span
+// of the work the lock guards.
 func (r *renewal) Value(key any) any {
 	if key == (backgroundKey{}) {
 		return true
+	}
+	if o := r.l.origin; o != nil {
+		return o.Value(key)
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func (l *Lock) loseLocked(err error) {
 	// A released lock stays released: endHolds stored it first.
 	l.life.stage.CompareAndSwap(stageHeld, stageLost)
 	if err != ErrReleased { // the sentinel itself: Release reports its own event
-		l.queueLocked(context.Background(), EventLost, err)
+		l.queueLocked(l.eventContext(), EventLost, err)
 	}
 	if s := l.sig; s != nil {
 		if s.timer != nil {

@@ -67,6 +67,13 @@ func TestAcquireWithdrawnFromMasterThatIsBehind(t *testing.T) {
 	}
 	_, err = c.Acquire(ctx, "held", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	// Withdrawn is no master error: it has its own sentinel, and the
+	// round's outcome is contention.
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrWithdrawn, "master 0: %v", qe.Masters[0].Err)
+	assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrNoReply)
+	assert.Equal(t, "contended", redlock.Outcome(err))
 
 	require.NoError(t, cl.Masters[0].Resume(ctx))
 	require.NoError(t, first.Release(ctx))

@@ -7,11 +7,19 @@
 //
 //	redlock.acquire.duration   histogram, s   time to decide an acquire round [redlock.outcome]
 //	redlock.wait.duration      histogram, s   how long a blocking Lock waited [redlock.outcome]
+//	redlock.wait.no_quorum     counter        blocking Locks that began to find no quorum
 //	redlock.locks.held         up-down counter locks acquired and not yet released or lost
 //	redlock.locks.lost         counter        locks lost before their release
 //	redlock.renewal.failures   counter        failed auto-renewal rounds
 //	redlock.master.duration    histogram, s   one master's answer [redlock.master, redlock.op, redlock.result]
 //	redlock.master.errors      counter        masters that failed or timed out [redlock.master, redlock.op]
+//
+// redlock.outcome is redlock.Outcome of the error: "ok", "contended" (the
+// lock is held elsewhere), "canceled" and "closed" are no failures;
+// "no_quorum", "not_held", "expired" and "error" are. redlock.result is
+// one master's part: "agreed", "refused", "pending" (not heard before the
+// decision), "withdrawn" (redlock.ErrWithdrawn: not sent to a master that
+// was behind) or "error".
 //
 // redlock.locks.held counts in one process what its Observer saw: for a
 // moment after a release hands a key on to the process's next waiter it
@@ -20,8 +28,14 @@
 //
 // Each round is a span "redlock <op>" (child of the caller's span, with the
 // round's own start and end), with the key, the outcome and the
-// agreements as attributes; lock events are span events on the caller's
-// span when there is one.
+// agreements as attributes. Its status is Error only for a failure. A
+// renewal round ("redlock renew") starts a trace of its own, linked to
+// the span the lock was acquired in: the work the lock guards. Lock
+// events are span events on the caller's span when there is one, that of
+// the acquire for renewals and a loss. A lost lock whose acquire's span
+// has ended gets a span "redlock lost" of its own, linked to it.
+//
+// Use redlock.Observers to record with an slogobserver too.
 package otelredlock
 
 import (
@@ -57,9 +71,9 @@ type Observer struct {
 	tracer  trace.Tracer
 	withKey bool
 
-	acquire, wait, master    metric.Float64Histogram
-	held                     metric.Int64UpDownCounter
-	lost, renewFails, errors metric.Int64Counter
+	acquire, wait, master              metric.Float64Histogram
+	held                               metric.Int64UpDownCounter
+	lost, renewFails, errors, noQuorum metric.Int64Counter
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -96,6 +110,7 @@ func New(opts *Options) (*Observer, error) {
 	o.lost = count("redlock.locks.lost", "Locks lost before their release.")
 	o.renewFails = count("redlock.renewal.failures", "Failed auto-renewal rounds.")
 	o.errors = count("redlock.master.errors", "Masters that failed or did not answer a round in time.")
+	o.noQuorum = count("redlock.wait.no_quorum", "Blocking Locks that began to find too few masters answering.")
 	held, err := m.Int64UpDownCounter("redlock.locks.held", metric.WithDescription("Locks acquired and not yet released or lost."))
 	o.held = held
 	if err := errors.Join(append(errs, err)...); err != nil {
@@ -113,10 +128,32 @@ func (o *Observer) keyAttrs(key string, more ...attribute.KeyValue) metric.Measu
 }
 
 func outcome(err error) attribute.KeyValue {
-	if err != nil {
-		return attribute.String("redlock.outcome", "failed")
+	return attribute.String("redlock.outcome", redlock.Outcome(err))
+}
+
+// failed reports whether an outcome is a failure, as opposed to success,
+// contention, or the caller's or the client's own end.
+func failed(outcome string) bool {
+	switch outcome {
+	case "ok", "contended", "canceled", "closed":
+		return false
 	}
-	return attribute.String("redlock.outcome", "ok")
+	return true
+}
+
+// result is master m's part in a round, for redlock.result.
+func result(m redlock.MasterResult) string {
+	switch {
+	case m.Agreed:
+		return "agreed"
+	case isRefusal(m.Err):
+		return "refused"
+	case errors.Is(m.Err, redlock.ErrWithdrawn):
+		return "withdrawn"
+	case errors.Is(m.Err, redlock.ErrNoReply), errors.Is(m.Err, context.Canceled), errors.Is(m.Err, context.DeadlineExceeded):
+		return "pending" // not heard before the decision: no fault of the master's
+	}
+	return "error"
 }
 
 // ObserveRound records the round's span, its duration if it is an
@@ -127,35 +164,40 @@ func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 	op := attribute.String("redlock.op", r.Op)
 	for _, m := range r.Masters {
 		master := attribute.String("redlock.master", m.Master)
-		result := "agreed"
-		switch {
-		case m.Agreed:
+		res := result(m)
+		switch res {
+		case "agreed":
 			agreed++
-		case isRefusal(m.Err):
-			result = "refused"
-		case errors.Is(m.Err, redlock.ErrNoReply), errors.Is(m.Err, context.Canceled), errors.Is(m.Err, context.DeadlineExceeded):
-			result = "pending" // not heard before the decision: no fault of the master's
-		default:
-			result = "error"
+		case "error":
 			o.errors.Add(ctx, 1, o.keyAttrs(r.Key, master, op))
 		}
 		if m.Latency > 0 {
-			o.master.Record(ctx, m.Latency.Seconds(), o.keyAttrs(r.Key, master, op, attribute.String("redlock.result", result)))
+			o.master.Record(ctx, m.Latency.Seconds(), o.keyAttrs(r.Key, master, op, attribute.String("redlock.result", res)))
 		}
 	}
+	oc := outcome(r.Err)
 	if r.Op == "acquire" {
-		o.acquire.Record(ctx, r.Elapsed.Seconds(), o.keyAttrs(r.Key, outcome(r.Err)))
+		o.acquire.Record(ctx, r.Elapsed.Seconds(), o.keyAttrs(r.Key, oc))
 	}
-	_, span := o.tracer.Start(ctx, "redlock "+r.Op, trace.WithTimestamp(r.Start), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(op, attribute.String("redlock.key", r.Key), outcome(r.Err),
-			attribute.Int("redlock.masters", len(r.Masters)), attribute.Int("redlock.agreed", agreed)))
+	opts := []trace.SpanStartOption{trace.WithTimestamp(r.Start), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(op, attribute.String("redlock.key", r.Key), oc,
+			attribute.Int("redlock.masters", len(r.Masters)), attribute.Int("redlock.agreed", agreed))}
+	if r.Op == "renew" {
+		// The renewal outlives the acquire's span: a trace of its own,
+		// linked to the work the lock guards.
+		opts = append(opts, trace.WithNewRoot())
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	_, span := o.tracer.Start(ctx, "redlock "+r.Op, opts...)
 	if r.Validity > 0 {
 		span.SetAttributes(attribute.Int64("redlock.validity_ms", r.Validity.Milliseconds()))
 	}
 	if r.Token != 0 {
 		span.SetAttributes(attribute.Int64("redlock.token", int64(r.Token))) // at most the largest int64
 	}
-	if r.Err != nil {
+	if failed(oc.Value.AsString()) {
 		span.SetStatus(codes.Error, r.Err.Error())
 	}
 	span.End(trace.WithTimestamp(end))
@@ -182,9 +224,14 @@ func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
 		o.renewFails.Add(ctx, 1, o.keyAttrs(e.Key))
 	case redlock.EventWaited:
 		o.wait.Record(ctx, e.Wait.Seconds(), o.keyAttrs(e.Key, outcome(e.Err)))
+	case redlock.EventNoQuorum:
+		o.noQuorum.Add(ctx, 1, o.keyAttrs(e.Key))
 	}
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
+		if sc := span.SpanContext(); e.Kind == redlock.EventLost && sc.IsValid() {
+			o.lostSpan(ctx, sc, e)
+		}
 		return
 	}
 	attrs := []attribute.KeyValue{attribute.String("redlock.key", e.Key)}
@@ -198,4 +245,18 @@ func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
 		attrs = append(attrs, attribute.String("redlock.error", e.Err.Error()))
 	}
 	span.AddEvent("redlock."+e.Kind.String(), trace.WithAttributes(attrs...), trace.WithTimestamp(time.Now()))
+}
+
+// lostSpan records the loss of a lock whose acquire's span sc has ended:
+// a span of its own, linked to sc.
+func (o *Observer) lostSpan(ctx context.Context, sc trace.SpanContext, e redlock.Event) {
+	_, span := o.tracer.Start(ctx, "redlock lost", trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: sc}),
+		trace.WithAttributes(attribute.String("redlock.key", e.Key)))
+	if e.Token != 0 {
+		span.SetAttributes(attribute.Int64("redlock.token", int64(e.Token))) // at most the largest int64
+	}
+	if e.Err != nil {
+		span.SetStatus(codes.Error, e.Err.Error())
+	}
+	span.End()
 }

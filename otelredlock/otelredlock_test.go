@@ -123,7 +123,8 @@ func TestMetricsAndSpans(t *testing.T) {
 		outcomes[v.AsString()] += p.Count
 	}
 	assert.Equal(t, uint64(3), outcomes["ok"])
-	assert.Positive(t, outcomes["failed"], "the TryLock found it held")
+	assert.Positive(t, outcomes["contended"], "the TryLock found it held")
+	assert.Len(t, outcomes, 2, "%v", outcomes)
 
 	var names []string
 	var acquireSpan sdktrace.ReadOnlySpan
@@ -155,6 +156,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	assert.Contains(t, events, "redlock.acquired")
 	assert.Contains(t, events, "redlock.waited")
 	assert.Contains(t, events, "redlock.released")
+	assert.Contains(t, events, "redlock.lost", "the loss to Close, in the acquire's span")
 }
 
 // TestKeyAttribute: asked for, the key labels the metrics.

@@ -2,14 +2,19 @@
 // the value New returns as redlock.Options.Observer.
 //
 // Rounds and the routine events (acquired, waited, renewed, released) are
-// logged at Debug; a failed renewal, a lost lock and a release that found
-// the lock gone at Warn. Every record
-// carries the lock's key as attribute "key".
+// logged at Debug, a failed renewal that will be retried at Info. A
+// warning means an operator should look: a lost lock (once per loss), a
+// last release that failed, and a blocking Lock that finds too few masters
+// answering (once per episode). Contention is routine: a healthy service
+// under contention logs no warning. Every record carries the lock's key as
+// attribute "key", and names masters in values ("master"), never in keys.
+// Use redlock.Observers to record with otelredlock too.
 package slogobserver
 
 import (
 	"context"
 	"log/slog"
+	"strconv"
 
 	"github.com/go-redlock/redlock"
 )
@@ -29,22 +34,23 @@ func New(log *slog.Logger) *Observer {
 
 var _ redlock.Observer = (*Observer)(nil)
 
-// ObserveRound logs one quorum round at Debug, with each master's outcome
-// and latency.
+// ObserveRound logs one quorum round at Debug, with its outcome
+// (redlock.Outcome) and each master's: in group "masters", one group per
+// master by position, with its address as "master".
 func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 	if !o.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
 	masters := make([]any, len(r.Masters))
 	for i, m := range r.Masters {
-		attrs := []any{slog.Bool("agreed", m.Agreed), slog.Duration("latency", m.Latency)}
+		attrs := []any{slog.String("master", m.Master), slog.Bool("agreed", m.Agreed), slog.Duration("latency", m.Latency)}
 		if m.Err != nil {
 			attrs = append(attrs, slog.String("error", m.Err.Error()))
 		}
-		masters[i] = slog.Group(m.Master, attrs...)
+		masters[i] = slog.Group(strconv.Itoa(i), attrs...)
 	}
 	attrs := []any{slog.String("op", r.Op), slog.String("key", r.Key), slog.Duration("elapsed", r.Elapsed),
-		slog.Bool("ok", r.Err == nil), slog.Group("masters", masters...)}
+		slog.Bool("ok", r.Err == nil), slog.String("outcome", redlock.Outcome(r.Err)), slog.Group("masters", masters...)}
 	if r.Validity > 0 {
 		attrs = append(attrs, slog.Duration("validity", r.Validity))
 	}
@@ -54,13 +60,27 @@ func (o *Observer) ObserveRound(ctx context.Context, r redlock.Round) {
 	o.log.DebugContext(ctx, "redlock round", attrs...)
 }
 
-// ObserveEvent logs one lock event: at Warn if the lock was lost, a
-// renewal failed or the last release failed, else at Debug.
-func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
-	level := slog.LevelDebug
-	if e.Kind == redlock.EventLost || e.Kind == redlock.EventRenewalFailed || e.Kind == redlock.EventReleased && e.Err != nil {
-		level = slog.LevelWarn
+// level is the level of event e.
+func level(e redlock.Event) slog.Level {
+	switch e.Kind {
+	case redlock.EventLost, redlock.EventNoQuorum:
+		return slog.LevelWarn
+	case redlock.EventRenewalFailed:
+		return slog.LevelInfo // retried; a loss warns
+	case redlock.EventReleased:
+		if e.Err != nil && !e.WasLost { // a loss warned already
+			return slog.LevelWarn
+		}
 	}
+	return slog.LevelDebug
+}
+
+// ObserveEvent logs one lock event: at Warn if the lock was lost, the
+// last release failed, or a blocking Lock began to find no quorum. A
+// renewal that failed, and will be retried, is logged at Info. The
+// others are logged at Debug.
+func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
+	level := level(e)
 	if !o.log.Enabled(ctx, level) {
 		return
 	}
@@ -75,7 +95,7 @@ func (o *Observer) ObserveEvent(ctx context.Context, e redlock.Event) {
 		attrs = append(attrs, slog.Time("until", e.Until))
 	}
 	if e.Kind == redlock.EventWaited {
-		attrs = append(attrs, slog.Duration("wait", e.Wait))
+		attrs = append(attrs, slog.Duration("wait", e.Wait), slog.String("outcome", redlock.Outcome(e.Err)))
 	}
 	if e.WasLost {
 		attrs = append(attrs, slog.Bool("was_lost", true))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +66,27 @@ func TestLogsRoundsAndEvents(t *testing.T) {
 	assert.Equal(t, "DEBUG", round["level"])
 	assert.Equal(t, "acquire", round["op"])
 	assert.Equal(t, "job", round["key"])
-	assert.Len(t, round["masters"], 3, "a group per master")
+	assert.Equal(t, "ok", round["outcome"])
+	masters, ok := round["masters"].(map[string]any)
+	require.True(t, ok, "%v", round["masters"])
+	require.Len(t, masters, 3, "a group per master")
+	for i, addr := range cluster.Addrs() {
+		m, ok := masters[strconv.Itoa(i)].(map[string]any)
+		require.True(t, ok, "master %d by position: %v", i, masters)
+		assert.Equal(t, addr, m["master"], "the address is a value")
+	}
+	for _, r := range records { // no key names a master
+		var walk func(map[string]any)
+		walk = func(m map[string]any) {
+			for k, v := range m {
+				assert.NotContains(t, k, "127.0.0.1", "key %q", k)
+				if sub, ok := v.(map[string]any); ok {
+					walk(sub)
+				}
+			}
+		}
+		walk(r)
+	}
 	acquired := find("redlock acquired")
 	assert.Equal(t, float64(token), acquired["token"])
 	assert.Contains(t, acquired, "until")
@@ -82,4 +103,16 @@ func TestLogsRoundsAndEvents(t *testing.T) {
 	assert.Empty(t, buf.String())
 	quiet.ObserveEvent(ctx, redlock.Event{Kind: redlock.EventLost, Key: "job", Err: redlock.ErrNotHeld})
 	assert.Contains(t, buf.String(), `"level":"WARN","msg":"redlock lost","event":"lost","key":"job","error":"redlock: lock not held"`)
+
+	// A loss warns once: not again at the release, nor at the failed
+	// renewals before it, which are retried.
+	buf.Reset()
+	quiet.ObserveEvent(ctx, redlock.Event{Kind: redlock.EventRenewalFailed, Key: "job", Err: redlock.ErrNoQuorum})
+	quiet.ObserveEvent(ctx, redlock.Event{Kind: redlock.EventReleased, Key: "job", WasLost: true, Err: redlock.ErrNotHeld})
+	assert.Empty(t, buf.String())
+	quiet.ObserveEvent(ctx, redlock.Event{Kind: redlock.EventReleased, Key: "job", Err: redlock.ErrNoQuorum})
+	assert.Contains(t, buf.String(), `"level":"WARN","msg":"redlock released"`, "a release that failed")
+	buf.Reset()
+	quiet.ObserveEvent(ctx, redlock.Event{Kind: redlock.EventNoQuorum, Key: "job", Err: redlock.ErrNotObtained})
+	assert.Contains(t, buf.String(), `"level":"WARN","msg":"redlock no_quorum"`)
 }

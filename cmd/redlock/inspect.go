@@ -55,6 +55,9 @@ type ReaderView struct {
 type Holder struct {
 	Owner string `json:"owner"`
 	Nonce string `json:"nonce,omitempty"`
+	// Description is the holding client's redlock.Options.Holder, the
+	// part of the nonce after its first space; empty if it had none.
+	Description string `json:"description,omitempty"`
 	// Token is the fencing token a majority of the hold's masters agree on
 	// (see agreedToken); empty when none does.
 	Token string `json:"token,omitempty"`
@@ -188,7 +191,8 @@ func quorumView(v *LockView) (writer *Holder, readers []Holder) {
 			return ms
 		}
 		slices.SortFunc(t, func(a, b int64) int { return cmp.Compare(rank(b), rank(a)) })
-		h := Holder{Owner: owner, Nonce: k.nonce, Masters: len(t), Held: len(t) >= v.Quorum}
+		h := Holder{Owner: owner, Masters: len(t), Held: len(t) >= v.Quorum}
+		h.Nonce, h.Description, _ = strings.Cut(k.nonce, " ")
 		h.Token, h.Tokens = agreedToken(tokens[k])
 		if left := t[min(v.Quorum, len(t))-1]; h.Held && left >= 0 {
 			until := v.At.Add(time.Duration(left) * time.Millisecond)
@@ -294,18 +298,34 @@ func printLock(w io.Writer, v *LockView) {
 	case h == nil && len(v.Readers) == 0:
 		fmt.Fprintln(w, "quorum: not held")
 	case h != nil && h.Held:
-		fmt.Fprintf(w, "quorum: held by %s (Lock %s) on %d of %d masters %s, %s\n",
-			h.Owner, h.Nonce, h.Masters, len(v.Masters), untilText(h.Until, v.At), tokenText(h))
+		fmt.Fprintf(w, "quorum: held by %s (Lock %s%s) on %d of %d masters %s, %s\n",
+			h.Owner, h.Nonce, described(h), h.Masters, len(v.Masters), untilText(h.Until, v.At), tokenText(h))
 	case h != nil:
 		fmt.Fprintf(w, "quorum: not held; %s holds it on %d of %d masters only\n", h.Owner, h.Masters, len(v.Masters))
 	}
 	for _, r := range v.Readers {
 		if r.Held {
-			fmt.Fprintf(w, "quorum: read by %s on %d of %d masters %s\n", r.Owner, r.Masters, len(v.Masters), untilText(r.Until, v.At))
+			fmt.Fprintf(w, "quorum: read by %s%s on %d of %d masters %s\n", r.Owner, readerText(&r), r.Masters, len(v.Masters), untilText(r.Until, v.At))
 		} else {
 			fmt.Fprintf(w, "quorum: not read by %s (on %d of %d masters only)\n", r.Owner, r.Masters, len(v.Masters))
 		}
 	}
+}
+
+// described is ", " and h's description, if it has one.
+func described(h *Holder) string {
+	if h.Description == "" {
+		return ""
+	}
+	return ", " + h.Description
+}
+
+// readerText is h's description in brackets, if it has one.
+func readerText(h *Holder) string {
+	if h.Description == "" {
+		return ""
+	}
+	return " (" + h.Description + ")"
 }
 
 func untilText(until *time.Time, at time.Time) string {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/harness"
 )
 
@@ -77,4 +78,47 @@ func TestInspectTokenAfterRepair(t *testing.T) {
 	_, out, _ := ops(t, cluster, "inspect", "job")
 	assert.Contains(t, out, ", token "+token+"\n")
 	require.NoError(t, l.Release(ctx))
+}
+
+// TestInspectHolderDescription: a client's Options.Holder shows with its
+// locks, writer and reader, and nothing of it stays after the release.
+func TestInspectHolderDescription(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	c, err := redlock.New(cluster.Clients(), &redlock.Options{MasterTimeout: 500 * time.Millisecond, Holder: "web-3 pid 42"})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	ctx := t.Context()
+	l, err := c.Acquire(ctx, "job", time.Minute)
+	require.NoError(t, err)
+	r, err := c.AcquireRead(ctx, "doc", "reader-1", time.Minute)
+	require.NoError(t, err)
+
+	v := mustView(t, cluster, "job")
+	require.NotNil(t, v.Writer)
+	assert.Equal(t, "web-3 pid 42", v.Writer.Description)
+	assert.Equal(t, l.Value(), v.Writer.Nonce, "the nonce without the description")
+	_, out, _ := ops(t, cluster, "inspect", "job")
+	assert.Contains(t, out, "(Lock "+l.Value()+", web-3 pid 42)")
+	require.Eventually(t, func() bool {
+		v := mustView(t, cluster, "doc")
+		return len(v.Readers) == 1 && v.Readers[0].Masters == 3
+	}, 5*time.Second, 10*time.Millisecond)
+	_, out, _ = ops(t, cluster, "inspect", "doc")
+	assert.Contains(t, out, "quorum: read by reader-1 (web-3 pid 42) on 3 of 3 masters")
+
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, c.Close())
+	for i := range cluster.Masters {
+		keys, err := cluster.Admin(i).Keys(ctx, "*").Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			assert.NotContains(t, k, "pid 42", "master %d", i)
+			if typ := cluster.Admin(i).Type(ctx, k).Val(); typ == "string" {
+				assert.NotContains(t, cluster.Admin(i).Get(ctx, k).Val(), "pid 42", "master %d, key %s", i, k)
+			} else {
+				t.Errorf("master %d keeps %s (a %s) after the release", i, k, typ)
+			}
+		}
+	}
 }

@@ -69,6 +69,13 @@ type Hooks[C, L any] interface {
 	// lock call on key waited for waited and then got l (nil: none) or
 	// stopped with err.
 	ObserveWait(ctx context.Context, client C, key string, waited time.Duration, l L, err error)
+
+	// ObserveAttempt tells client's Observer, if any, that a blocking
+	// lock call's attempt on key could not reach a quorum, once per
+	// episode. err is the attempt's error; stalled says whether the
+	// previous attempts of the call are in such an episode. It returns
+	// whether this attempt is: an attempt that heard a quorum ends one.
+	ObserveAttempt(ctx context.Context, client C, key string, err error, stalled bool) bool
 }
 
 // registered is the Hooks that Register stored, of its own type

@@ -89,7 +89,8 @@ func orDefault(v, def time.Duration) time.Duration {
 // ctx ends first, the error matches ctx.Err() and tells the last
 // attempt's outcome. With opts.AutoRenew the lock is renewed from then
 // on. The wait is reported to the client's Observer if Wait waited for
-// its turn, or its first attempt found the lock held.
+// its turn, or its first attempt found the lock held. So is each episode
+// of attempts that reached no quorum, once.
 func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options, t *Turn,
 	try func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
 	start := time.Now() // a wait for a turn counts as waiting
@@ -101,6 +102,13 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 			hooks.ObserveWait(ctx, c, key, time.Since(start), nil, err)
 			return nil, err
 		}
+	}
+	// An episode of attempts that reach no quorum is told once.
+	stalled, attempt := false, try
+	try = func(ctx context.Context) (*redlock.Lock, error) {
+		l, err := attempt(ctx)
+		stalled = hooks.ObserveAttempt(ctx, c, key, err, stalled)
+		return l, err
 	}
 	var l *redlock.Lock
 	kept := false
