@@ -121,11 +121,12 @@ func (m *Mutex) acquire(ctx context.Context, block bool) (*redlock.Lock, error) 
 // Resume makes this Mutex hold the lock that the Lock of value holds:
 // value is that Lock's Value, kept by a process that restarted, or handed
 // over by another. It takes the lock over as redlock.Client.Resume does,
-// with the Mutex's TTL for renewals, and renews it with AutoRenew. The
-// old Lock loses the lock wherever Resume reaches a master. It does not
-// wait: it fails with an error wrapping redlock.ErrNotObtained if fewer
-// than a quorum hold the lock for value, or if this Mutex holds or seeks
-// the lock. It blocks for Resume's rounds.
+// with the Mutex's TTL for renewals. Like Lock's, it is renewed
+// automatically only with Options.AutoRenew. The old Lock loses the lock
+// wherever Resume reaches a master. It does not wait: it fails with an
+// error wrapping redlock.ErrNotObtained if fewer than a quorum hold the
+// lock for value, or if this Mutex holds or seeks the lock. It blocks
+// for Resume's rounds.
 func (m *Mutex) Resume(ctx context.Context, value string) error {
 	if err := m.check(ctx, "Resume"); err != nil {
 		return err
