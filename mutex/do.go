@@ -2,8 +2,10 @@ package mutex
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/clip"
 	"github.com/go-redlock/redlock/internal/retry"
 )
 
@@ -17,9 +19,10 @@ import (
 // returns fn's error joined with the unlock's, which reports a loss. A
 // panic goes on after the unlock. A nil fn or ctx is refused with an
 // error wrapping redlock.ErrInvalidArgument, before anything is taken. Do
-// is Lock, fn and Unlock: the Mutex's rules for losses apply, so do not
-// mix it with another goroutine's Lock and Unlock of the same Mutex. No
-// goroutine of Do's runs after it returns.
+// is Lock, fn and an unlock of the lock it took, and only that one: an
+// earlier loss is left for Unlock to report, and a lock taken after fn
+// unlocked the Mutex is left to its holder. No goroutine of Do's runs
+// after it returns.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, l *redlock.Lock) error) error {
 	if err := m.check(ctx, "Do"); err != nil {
 		return err
@@ -27,12 +30,29 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, l *redlock.
 	if fn == nil {
 		return retry.NilFunc("Mutex.Do", m.key)
 	}
-	if err := m.Lock(ctx); err != nil {
+	// Not Current, which returns an earlier lock lost and not reported.
+	l, err := m.acquire(ctx, true)
+	if err != nil {
 		return err
 	}
-	l := m.Current()
 	l.AutoRenew()
-	return retry.Run(ctx, l, m.opts.TTL/retry.MarginDivisor, m.opts.TTL, fn, m.Unlock)
+	return retry.Run(ctx, l, m.opts.TTL/retry.MarginDivisor, m.opts.TTL, fn, func(ctx context.Context) error {
+		return m.unlockHeld(ctx, l)
+	})
+}
+
+// unlockHeld releases l, which Do took, where this Mutex still holds it.
+// fn may have unlocked it, and another goroutine locked the Mutex since:
+// that one's lock is not Do's to release. A loss of l is reported.
+func (m *Mutex) unlockHeld(ctx context.Context, l *redlock.Lock) error {
+	t, held, lost := m.holds.DropHeld(l)
+	switch {
+	case lost:
+		return retry.Lost("release", m.key, "this Mutex", l)
+	case !held:
+		return fmt.Errorf("%w: release %s: Do's lock was unlocked before Do returned", redlock.ErrNotHeld, clip.Quote(m.key))
+	}
+	return retry.Release(ctx, l, t)
 }
 
 // Do runs fn while owner holds the lock, as Mutex.Do does. If owner

@@ -247,3 +247,53 @@ func TestReentrantDo(t *testing.T) {
 	assertNoWatcher(t)
 	assertNothingLeft(t, cluster)
 }
+
+// A Mutex whose earlier lock was lost, its loss not reported yet, still
+// runs fn under the lock Do takes, and Do releases that lock. The loss
+// is left for an Unlock to report.
+func TestDoAfterUnreportedLoss(t *testing.T) {
+	cluster, c := doCluster(t, 3)
+	m := newMutex(t, c, "job", 3*time.Second)
+	ctx := t.Context()
+	require.NoError(t, m.Lock(ctx))
+	old := m.Current()
+	require.NoError(t, old.Release(ctx)) // a loss for the Mutex
+
+	ran := false
+	err := m.Do(ctx, func(ctx context.Context, l *redlock.Lock) error {
+		ran = true
+		assert.True(t, old != l, "fn got the lost lock")
+		assert.True(t, l.Held(), "fn's lock is held")
+		assert.NoError(t, ctx.Err(), "fn's context ended: %v", context.Cause(ctx))
+		return nil
+	})
+	assert.True(t, ran)
+	assert.NoError(t, err)
+	assertNoWatcher(t)
+	assertNothingLeft(t, cluster)
+	assert.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the old loss is reported")
+	require.NoError(t, m.TryLock(ctx), "the Mutex is free")
+	require.NoError(t, m.Unlock(ctx))
+}
+
+// fn that unlocks the Mutex itself lets another holder take it. Do's
+// own unlock then must not release that holder's lock.
+func TestDoUnlockedByFn(t *testing.T) {
+	cluster, c := doCluster(t, 3)
+	m := newMutex(t, c, "job", 3*time.Second)
+	ctx := t.Context()
+	var next *redlock.Lock
+	err := m.Do(ctx, func(context.Context, *redlock.Lock) error {
+		require.NoError(t, m.Unlock(ctx))
+		require.NoError(t, m.Lock(ctx)) // another goroutine's turn
+		next = m.Current()
+		return nil
+	})
+	assert.ErrorIs(t, err, redlock.ErrNotHeld, "Do found its lock unlocked")
+	require.NotNil(t, next)
+	assert.True(t, next.Held(), "Do released the next holder's lock: %v", next.Err())
+	assert.True(t, next == m.Current(), "the next holder's lock is the Mutex's")
+	require.NoError(t, m.Unlock(ctx))
+	assertNoWatcher(t)
+	assertNothingLeft(t, cluster)
+}

@@ -84,7 +84,8 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	if err := m.check(ctx, "Lock"); err != nil {
 		return err
 	}
-	return m.acquire(ctx, true)
+	_, err := m.acquire(ctx, true)
+	return err
 }
 
 // TryLock makes one attempt and does not wait. It returns nil if this
@@ -95,24 +96,37 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 	if err := m.check(ctx, "TryLock"); err != nil {
 		return err
 	}
-	return m.acquire(ctx, false)
+	_, err := m.acquire(ctx, false)
+	return err
 }
 
-func (m *Mutex) acquire(ctx context.Context, block bool) error {
+// acquire takes the lock, and returns the Lock it took: Current may
+// return a lost one instead.
+func (m *Mutex) acquire(ctx context.Context, block bool) (*redlock.Lock, error) {
 	m.holds.Holding("") // ends a hold whose lock ended, freeing the turn
-	return m.holds.Take(ctx, m.client, m.key, "", false, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
-		return m.client.Acquire(ctx, m.key, m.opts.TTL)
+	var took *redlock.Lock
+	err := m.holds.Take(ctx, m.client, m.key, "", false, block, m.opts, func(ctx context.Context) (*redlock.Lock, error) {
+		l, err := m.client.Acquire(ctx, m.key, m.opts.TTL)
+		if err == nil { // the last success is the one held
+			took = l
+		}
+		return l, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return took, nil
 }
 
 // Resume makes this Mutex hold the lock that the Lock of value holds:
 // value is that Lock's Value, kept by a process that restarted, or handed
 // over by another. It takes the lock over as redlock.Client.Resume does,
-// with the Mutex's TTL for renewals, and renews it with AutoRenew. The
-// old Lock loses the lock wherever Resume reaches a master. It does not
-// wait: it fails with an error wrapping redlock.ErrNotObtained if fewer
-// than a quorum hold the lock for value, or if this Mutex holds or seeks
-// the lock. It blocks for Resume's rounds.
+// with the Mutex's TTL for renewals. Like Lock's, it is renewed
+// automatically only with Options.AutoRenew. The old Lock loses the lock
+// wherever Resume reaches a master. It does not wait: it fails with an
+// error wrapping redlock.ErrNotObtained if fewer than a quorum hold the
+// lock for value, or if this Mutex holds or seeks the lock. It blocks
+// for Resume's rounds.
 func (m *Mutex) Resume(ctx context.Context, value string) error {
 	if err := m.check(ctx, "Resume"); err != nil {
 		return err

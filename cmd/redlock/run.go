@@ -161,6 +161,10 @@ func (c *runCmd) child(ctx context.Context) (int, error) {
 	cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	cmd.Cancel = func() error {
+		if c.grace == 0 { // WaitDelay 0 would never kill: SIGKILL now
+			fmt.Fprintf(c.stderr, "redlock run: %v: sending SIGKILL to %s\n", context.Cause(ctx), c.argv[0])
+			return cmd.Process.Kill()
+		}
 		fmt.Fprintf(c.stderr, "redlock run: %v: sending SIGTERM to %s (SIGKILL in %v)\n", context.Cause(ctx), c.argv[0], c.grace)
 		return cmd.Process.Signal(syscall.SIGTERM)
 	}

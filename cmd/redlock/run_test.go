@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +181,35 @@ func TestRunKillsAfterGrace(t *testing.T) {
 		assert.Equal(t, 128+9, code, "SIGKILL")
 	case <-time.After(20 * time.Second):
 		t.Fatal("redlock run did not end within 20s")
+	}
+	assertNoLock(t, cluster, "job")
+}
+
+// -grace 0 kills at once a child that ignores SIGTERM: it must not run
+// on without the lock.
+func TestRunZeroGraceKills(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	started := filepath.Join(t.TempDir(), "started")
+	done := make(chan int, 1)
+	go func() {
+		code, _ := runRun(ctx, cluster, "-lock", "job", "-grace", "0", "--", "sh", "-c", `trap '' TERM; echo $$ > "$0"; while :; do sleep 0.05; done`, started)
+		done <- code
+	}()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(started)
+		_, err := fmt.Sscan(string(b), &pid)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel() // as SIGINT to redlock run
+	select {
+	case code := <-done:
+		assert.Equal(t, 128+9, code, "SIGKILL")
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(pid, syscall.SIGKILL) // the child outlived the grace
+		<-done
+		t.Fatal("the child ran on 10s after its SIGTERM, with -grace 0")
 	}
 	assertNoLock(t, cluster, "job")
 }

@@ -386,3 +386,26 @@ func (h *Holders) Drop() (l *redlock.Lock, t *Turn, ended *redlock.Lock) {
 	}
 	return l, h.forgetLocked(o), nil
 }
+
+// DropHeld forgets l, the lock of a Mutex, where its hold is still the
+// Mutex's. It returns the turn that hold kept, which the caller gives up
+// with Release. Where l ended while held and its loss was not reported,
+// DropHeld forgets that loss and returns lost true. Else held is false:
+// l was released, or its loss reported, by another call. Earlier losses
+// of other locks stay to be reported. It does not wait.
+func (h *Holders) DropHeld(l *redlock.Lock) (t *Turn, held, lost bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o := h.m[""]
+	if o == nil {
+		return nil, false, false
+	}
+	if h.liveLocked(o) == l {
+		return h.forgetLocked(o), true, false
+	}
+	if i := slices.Index(o.lost, l); i >= 0 {
+		o.lost = slices.Delete(o.lost, i, i+1)
+		return nil, false, true
+	}
+	return nil, false, false
+}
