@@ -118,6 +118,18 @@ func (l *Leadership) checkValidity() {
 	}
 	l.finish(fmt.Errorf("%w: election %s: %w: the lock's validity runs out at %v, and no renewal moved it",
 		ErrLost, clip.Quote(l.e.name), redlock.ErrNotHeld, until.Round(0)))
+	// A renewal may still land and keep the lock for good, shutting
+	// every other candidate out. So let it go once that validity ends:
+	// until then the lock fences out the next leader, as Done promised.
+	time.AfterFunc(time.Until(until), l.letGo)
+}
+
+// letGo resigns after the lead ended without Resign. The caller's
+// context is gone by then: the rounds get one of their own.
+func (l *Leadership) letGo() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.e.opts.TTL)
+	defer cancel()
+	_ = l.Resign(ctx)
 }
 
 // finish ends the lead with cause, once.
@@ -139,7 +151,8 @@ func (l *Leadership) Value() string { return *l.value.Load() }
 // or its lock's validity about to run out (a tenth of the TTL before)
 // with no renewal in sight. It closes before the validity runs out,
 // never after: work that stops on it stops while the lock still fences
-// others out.
+// others out. After the guard, the lock is let go once that validity
+// ends, even where a late renewal kept it and Resign is never called.
 func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while Done is open. Afterwards it returns ErrResigned
