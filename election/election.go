@@ -213,18 +213,19 @@ func (e *Election) read(ctx context.Context, after string, count int) *reading {
 			continue
 		}
 		r.answered++
+		// A holder is its Lock's nonce. Its token may be lower on a
+		// master that its fence and record rounds missed: the epoch is
+		// the largest among its masters.
 		if h, ok := link.ParseHolder(m.Lock); ok && m.TTL > 0 {
-			k := h.Nonce + "\x00" + h.Token
-			g := groups[k]
-			if g == nil {
-				epoch, err := strconv.ParseUint(h.Token, 10, 64)
-				if err != nil {
-					continue // not a token this package handed out
+			if token, err := strconv.ParseUint(h.Token, 10, 64); err == nil {
+				g := groups[h.Nonce]
+				if g == nil {
+					g = &group{nonce: h.Nonce}
+					groups[h.Nonce] = g
 				}
-				g = &group{nonce: h.Nonce, epoch: epoch}
-				groups[k] = g
+				g.epoch = max(g.epoch, token)
+				g.ttls = append(g.ttls, m.TTL)
 			}
-			g.ttls = append(g.ttls, m.TTL)
 		}
 		if n := len(m.Entries); count > 0 && n >= count {
 			// Past its last entry this master's answer says nothing:
