@@ -75,3 +75,37 @@ func TestGuardLossLetsTheLockGo(t *testing.T) {
 	require.NoError(t, lb.Resign(ctx))
 	assert.NoError(t, la.Resign(ctx), "nothing left to release")
 }
+
+// TestLateGuardTimerStillEndsTheLead: the guard's timer may fire late (a
+// paused process, a starved runtime). Err and Proclaim must still tell
+// that the lead ended once Until passed, rather than proclaim a value
+// for a leader whose lock may be gone. The timer is stopped here, and
+// renewals fail (three masters paused); the guard is half the TTL, so
+// Until passes 1s before the lock's validity runs out.
+func TestLateGuardTimerStillEndsTheLead(t *testing.T) {
+	ctx := t.Context()
+	cl, clients := guardClients(t, 1)
+	e, err := New(clients[0], t.Name(), &Options{TTL: guardTTL})
+	require.NoError(t, err)
+	e.guard = guardTTL / 2
+	l, err := e.Campaign(ctx, "a")
+	require.NoError(t, err)
+	l.timer.Stop()
+	for i := range 3 {
+		require.NoError(t, cl.Masters[i].Pause(ctx))
+	}
+	t.Cleanup(func() {
+		for i := range 3 {
+			_ = cl.Masters[i].Resume(context.Background())
+		}
+	})
+	time.Sleep(time.Until(l.Until()) + 10*time.Millisecond)
+	require.True(t, l.lock.Held(), "the lock's validity ran out already: the machine is too slow for this test")
+	assert.ErrorIs(t, l.Err(), ErrLost)
+	assert.ErrorIs(t, l.Proclaim(ctx, "late"), ErrLost)
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done open after Err reported the loss")
+	}
+}
