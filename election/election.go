@@ -180,8 +180,11 @@ type reading struct {
 	// vacant: so many masters answered that no holder can have a quorum.
 	vacant  bool
 	entries []link.Entry // after the ID asked for, from every answer, in order
-	last    *link.Entry  // the latest of the masters' last entries
-	lasts   []link.Entry // every master's last entry
+	// more: a master had more entries than a read returns. entries then
+	// end where the shortest of those full answers ended.
+	more  bool
+	last  *link.Entry  // the latest of the masters' last entries
+	lasts []link.Entry // every master's last entry
 }
 
 // holding is a lock held on a quorum of masters.
@@ -203,24 +206,33 @@ func (e *Election) read(ctx context.Context, after string, count int) *reading {
 	}
 	groups := map[string]*group{}
 	seen := map[string]bool{}
+	var cut *link.Entry // the earliest end of a full answer
 	for _, m := range v.Masters {
 		if m.Err != nil {
 			r.errs = append(r.errs, m.Err)
 			continue
 		}
 		r.answered++
+		// A holder is its Lock's nonce. Its token may be lower on a
+		// master that its fence and record rounds missed: the epoch is
+		// the largest among its masters.
 		if h, ok := link.ParseHolder(m.Lock); ok && m.TTL > 0 {
-			k := h.Nonce + "\x00" + h.Token
-			g := groups[k]
-			if g == nil {
-				epoch, err := strconv.ParseUint(h.Token, 10, 64)
-				if err != nil {
-					continue // not a token this package handed out
+			if token, err := strconv.ParseUint(h.Token, 10, 64); err == nil {
+				g := groups[h.Nonce]
+				if g == nil {
+					g = &group{nonce: h.Nonce}
+					groups[h.Nonce] = g
 				}
-				g = &group{nonce: h.Nonce, epoch: epoch}
-				groups[k] = g
+				g.epoch = max(g.epoch, token)
+				g.ttls = append(g.ttls, m.TTL)
 			}
-			g.ttls = append(g.ttls, m.TTL)
+		}
+		if n := len(m.Entries); count > 0 && n >= count {
+			// Past its last entry this master's answer says nothing:
+			// another master's later entries would skip its next ones.
+			if end := m.Entries[n-1]; cut == nil || end.Before(*cut) {
+				cut = &end
+			}
 		}
 		for _, en := range m.Entries {
 			if !seen[en.ID()] {
@@ -244,6 +256,10 @@ func (e *Election) read(ctx context.Context, after string, count int) *reading {
 		}
 		return 0
 	})
+	if cut != nil {
+		r.more = true
+		r.entries = slices.DeleteFunc(r.entries, func(en link.Entry) bool { return cut.Before(en) })
+	}
 	most := 0
 	for _, g := range groups {
 		most = max(most, len(g.ttls))

@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -426,4 +427,35 @@ func TestRunHandsOver(t *testing.T) {
 		assert.Greater(t, epochs[i], epochs[i-1])
 	}
 	noGoroutines(t, "election.(*Election).Run")
+}
+
+// TestLeaderWithMixedTokens: the leader's lock holds a quorum even where
+// one of its masters kept a lower token (a fence round that did not
+// reach it) and the masters of its record round are too few (one
+// restarted empty). Masters 0 and 1 hold the lock at the epoch, master 3
+// at a lower token, 2 and 4 not at all: three of five hold it, so no
+// other candidate can win, and Leader must report it, not ErrNoLeader.
+// The TTL of 6s leaves 1.5s at least before a renewal repairs 2 and 4.
+func TestLeaderWithMixedTokens(t *testing.T) {
+	ctx := t.Context()
+	cl, client := own(t)
+	e := newElection(t, client, "mixed", &election.Options{TTL: 6 * time.Second})
+	l, err := e.Campaign(ctx, "me")
+	require.NoError(t, err)
+	v, err := cl.Admin(3).Get(ctx, "{mixed}").Result()
+	require.NoError(t, err)
+	f := strings.SplitN(v, ":", 3)
+	require.Len(t, f, 3)
+	require.Equal(t, fmt.Sprint(l.Epoch()), f[1])
+	f[1] = fmt.Sprint(l.Epoch() - 1)
+	require.NoError(t, cl.Admin(3).SetArgs(ctx, "{mixed}", strings.Join(f, ":"), redis.SetArgs{KeepTTL: true}).Err())
+	for _, i := range []int{2, 4} {
+		require.NoError(t, cl.Admin(i).Del(ctx, "{mixed}").Err())
+	}
+	info, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, l.Epoch(), info.Epoch)
+	assert.Equal(t, "me", info.Value)
+	require.Nil(t, l.Err(), "the check ran before a renewal could tell")
+	require.NoError(t, l.Resign(ctx))
 }

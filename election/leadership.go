@@ -27,6 +27,7 @@ type Leadership struct {
 	ctx   context.Context
 	end   context.CancelCauseFunc
 	timer *time.Timer // ends the lead before the lock's validity; set before any use
+	ended atomic.Bool // finish ran
 
 	mu    sync.Mutex // serializes Proclaim and Resign; guards seq
 	seq   uint64     // the last Proclaim's sequence number
@@ -116,14 +117,33 @@ func (l *Leadership) checkValidity() {
 		l.timer.Reset(left)
 		return
 	}
-	l.finish(fmt.Errorf("%w: election %s: %w: the lock's validity runs out at %v, and no renewal moved it",
-		ErrLost, clip.Quote(l.e.name), redlock.ErrNotHeld, until.Round(0)))
+	if !l.finish(fmt.Errorf("%w: election %s: %w: the lock's validity runs out at %v, and no renewal moved it",
+		ErrLost, clip.Quote(l.e.name), redlock.ErrNotHeld, until.Round(0))) {
+		return // ended meanwhile, by another call
+	}
+	// A renewal may still land and keep the lock for good, shutting
+	// every other candidate out. So let it go once that validity ends:
+	// until then the lock fences out the next leader, as Done promised.
+	time.AfterFunc(time.Until(until), l.letGo)
 }
 
-// finish ends the lead with cause, once.
-func (l *Leadership) finish(cause error) {
+// letGo resigns after the lead ended without Resign. The caller's
+// context is gone by then: the rounds get one of their own.
+func (l *Leadership) letGo() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.e.opts.TTL)
+	defer cancel()
+	_ = l.Resign(ctx)
+}
+
+// finish ends the lead with cause, once. It reports whether this call
+// ended it.
+func (l *Leadership) finish(cause error) bool {
+	if !l.ended.CompareAndSwap(false, true) {
+		return false
+	}
 	l.end(cause)
 	l.timer.Stop()
+	return true
 }
 
 // Epoch returns the leadership's epoch: its lock's fencing token. It is
@@ -139,12 +159,14 @@ func (l *Leadership) Value() string { return *l.value.Load() }
 // or its lock's validity about to run out (a tenth of the TTL before)
 // with no renewal in sight. It closes before the validity runs out,
 // never after: work that stops on it stops while the lock still fences
-// others out.
+// others out. After the guard, the lock is let go once that validity
+// ends, even where a late renewal kept it and Resign is never called.
 func (l *Leadership) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while Done is open. Afterwards it returns ErrResigned
 // after Resign, else an error wrapping ErrLost that says why.
 func (l *Leadership) Err() error {
+	l.checkValidity() // the timer may be late: a paused process
 	if l.ctx.Err() == nil {
 		return nil
 	}
@@ -172,7 +194,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx.Err() != nil {
+	if l.Err() != nil {
 		return fmt.Errorf("election %s: proclaim: %w", clip.Quote(l.e.name), l.Err())
 	}
 	l.seq++ // even where the round fails: its entry may have landed

@@ -131,7 +131,7 @@ func (o *observer) step(ctx context.Context) (time.Duration, bool) {
 			return 0, true
 		}
 	}
-	if len(r.entries) == readBatch {
+	if r.more {
 		return 0, true // read on
 	}
 	if o.cur.Vacant {

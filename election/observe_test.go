@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -171,4 +172,60 @@ func TestObserveEndsWithTheClient(t *testing.T) {
 	assert.True(t, next(t, ch, ttl).Vacant)
 	require.NoError(t, c.Close())
 	requireClosed(t, ch)
+}
+
+// TestObserveMissesNoEntryPastAFullBatch: a master that missed a stretch
+// of the history (paused, or restarted empty, while leaders came and
+// went) must not make an observer skip that stretch. Masters 0 to 3 hold
+// the wins and resignations of epochs 1 to 95; master 4 only those of 1
+// to 10 and 90 to 95. An observer 190 entries behind reads 64 entries
+// per master at a time: the 64 of masters 0 to 3 end at epoch 32, and
+// master 4's go on to 95. Every epoch must be reported, in order. The
+// entries are written straight to the masters, after the observer's
+// first read (its next comes at the publication, or at its 1s poll).
+func TestObserveMissesNoEntryPastAFullBatch(t *testing.T) {
+	ctx := t.Context()
+	cl, client := own(t)
+	e := newElection(t, client, "gap", &election.Options{TTL: 4 * time.Second})
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	ch := e.Observe(octx)
+	first := next(t, ch, 4*time.Second)
+	require.True(t, first.Vacant)
+	require.Zero(t, first.Epoch, "the history was empty at the first read")
+
+	const last = 95
+	for i := range cl.Masters {
+		p := cl.Admin(i).Pipeline()
+		for k := 1; k <= last; k++ {
+			if i == 4 && k > 10 && k < 90 {
+				continue
+			}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: "{gap}:eh", ID: fmt.Sprintf("%d-0", k), Values: []any{"v", fmt.Sprint("v", k)}})
+			p.XAdd(ctx, &redis.XAddArgs{Stream: "{gap}:eh", ID: fmt.Sprintf("%d-1", k), Values: []any{"r", ""}})
+		}
+		_, err := p.Exec(ctx)
+		require.NoError(t, err)
+	}
+	require.NoError(t, cl.Admin(0).Publish(ctx, "{gap}", fmt.Sprintf("e:%d-1", last)).Err())
+
+	var wins []uint64
+	for len(wins) < last {
+		info := next(t, ch, 4*time.Second)
+		if info.Vacant {
+			require.NotEmpty(t, wins, "a vacancy before any win")
+			require.Equal(t, wins[len(wins)-1], info.Epoch, "a vacancy of another epoch than the last win's")
+			if info.Epoch == last {
+				break
+			}
+			continue
+		}
+		assert.Equal(t, fmt.Sprint("v", info.Epoch), info.Value)
+		wins = append(wins, info.Epoch)
+	}
+	want := make([]uint64, last)
+	for k := range want {
+		want[k] = uint64(k + 1)
+	}
+	assert.Equal(t, want, wins)
 }
