@@ -126,3 +126,39 @@ func ExampleElection_Run() {
 	// leading, round 2 fenced: true
 	// run ended: true
 }
+
+// A leader keeps its Owner where its next process finds it (a file, say).
+// After a restart, that process resumes the lead: same epoch, and its
+// Proclaims go on from the last.
+func ExampleElection_Resume() {
+	client, done := connect()
+	defer done()
+	ctx := context.Background()
+	e, err := election.New(client, "resumed-scheduler", &election.Options{TTL: 2 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := e.Campaign(ctx, "10.0.0.7:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	owner := l.Owner() // kept as a secret: it takes the lead
+
+	// ... the process restarts; a new one, with a client of its own ...
+	again, err := e.Resume(ctx, owner)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same epoch:", again.Epoch() == l.Epoch(), "value:", again.Value())
+	if err := again.Proclaim(ctx, "10.0.0.7:9090"); err != nil {
+		log.Fatal(err)
+	}
+	info, _ := e.Leader(ctx)
+	fmt.Println("leader:", info.Value, "seq:", info.Seq)
+	if err := again.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// same epoch: true value: 10.0.0.7:8080
+	// leader: 10.0.0.7:9090 seq: 1
+}

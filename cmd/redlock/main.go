@@ -5,6 +5,8 @@
 //	redlock inspect|watch|release -force [-json] -masters host:port,... KEY
 //	redlock verify [-json] [-ttl 10s] -masters host:port,...
 //	redlock run -masters host:port,... -lock KEY [-ttl 10s] [-wait] [-grace 5s] -- CMD [ARGS...]
+//	redlock run -masters host:port,... -elect NAME [-value V] [-ttl 10s] [-grace 5s] -- CMD [ARGS...]
+//	redlock leader|observe [-json] -masters host:port,... NAME
 //
 // The demo runs workers that each own a redlock.Client and compete for one
 // key, checks that their critical sections never overlap and that no update
@@ -35,6 +37,7 @@ import (
 const usage = `usage: redlock demo [flags]
        redlock inspect|watch|release|verify [flags] [KEY]   (redlock inspect -h)
        redlock run [flags] -- CMD [ARGS...]                  (redlock run -h)
+       redlock leader|observe [flags] NAME                   (redlock leader -h)
 
 demo runs workers that compete for one Redlock key and verifies mutual exclusion.
 Flags:`
@@ -57,6 +60,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runCLI(ctx, args, os.Stdin, stdout, stderr)
+		case "leader", "observe":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return electCLI(ctx, args, stdout, stderr)
 		}
 	}
 	fs := flag.NewFlagSet("redlock demo", flag.ContinueOnError)

@@ -8,28 +8,31 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/go-redlock/redlock"
-	"github.com/go-redlock/redlock/internal/harness"
 	"github.com/go-redlock/redlock/internal/retry"
 	"github.com/go-redlock/redlock/mutex"
 )
 
 const runUsage = `usage: redlock run -masters host:port,... -lock KEY [flags] -- CMD [ARGS...]
+       redlock run -masters host:port,... -elect NAME [-value V] [flags] -- CMD [ARGS...]
 
-Runs CMD while holding the lock KEY, renewed automatically. If the lock is lost,
-or less than a tenth of -ttl of its validity is left, CMD gets SIGTERM, then
-SIGKILL after -grace. The lock is released when CMD exits. Without -wait, a lock
-held elsewhere ends it at once.
+-lock: runs CMD while holding the lock KEY, renewed automatically. If the lock
+is lost, or less than a tenth of -ttl of its validity is left, CMD gets SIGTERM,
+then SIGKILL after -grace. The lock is released when CMD exits. Without -wait, a
+lock held elsewhere ends it at once.
 
-Exit status: CMD's, or 128+N if signal N ended it; 1 if the lock was not
-obtained or CMD could not be started (127 if it was not found); 2 on a usage
-error.
+-elect: campaigns in the election NAME with -value, and runs CMD while leading
+(see package election). If the lead is lost, CMD gets SIGTERM, then SIGKILL
+after -grace, and redlock run campaigns again, until it is interrupted. When
+CMD exits on its own, redlock run resigns and exits. redlock leader NAME shows
+the leader.
+
+Exit status: CMD's (its last run's with -elect), or 128+N if signal N ended it;
+1 if the lock or the lead was not obtained or CMD could not be started (127 if
+it was not found); 2 on a usage error.
 Flags:`
 
 // runCmd is one run of redlock run.
@@ -37,6 +40,8 @@ type runCmd struct {
 	masters       []string
 	prefix        string
 	key           string
+	elect         string // the election's name, instead of key
+	value         string // the leader's value
 	ttl           time.Duration
 	grace         time.Duration
 	masterTimeout time.Duration
@@ -48,9 +53,8 @@ type runCmd struct {
 }
 
 // holder runs child while something is held, and returns child's error
-// joined with its own. A lock is one (-lock). A leadership (-elect, for
-// package election) is to be another. child's context ends when the hold
-// is lost or about to run out.
+// joined with its own: a lock (-lock) or a leadership (-elect). child's
+// context ends when the hold is lost or about to run out.
 type holder func(ctx context.Context, child func(ctx context.Context) error) error
 
 // runCLI runs redlock run with args (args[0] is "run") and returns the
@@ -68,7 +72,9 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.StringVar(&c.prefix, "prefix", "", "the clients' redlock.Options.KeyPrefix")
 	fs.StringVar(&c.key, "lock", "", "the lock's name (required)")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "the lock's TTL; it is renewed every third of it")
-	fs.BoolVar(&c.wait, "wait", false, "wait for the lock instead of exiting 1 when it is held elsewhere")
+	fs.StringVar(&c.elect, "elect", "", "run CMD as the leader of this election, instead of -lock")
+	fs.StringVar(&c.value, "value", "", "-elect: the leader's value, shown by redlock leader (default host:pid)")
+	fs.BoolVar(&c.wait, "wait", false, "wait for the lock instead of exiting 1 when it is held elsewhere (-elect always waits)")
 	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
 	fs.DurationVar(&c.masterTimeout, "master-timeout", redlock.DefaultMasterTimeout, "redlock.Options.MasterTimeout")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -82,45 +88,44 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.Usage()
 		return 2
 	}
-	for m := range strings.SplitSeq(*masters, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			c.masters = append(c.masters, m)
-		}
-	}
+	c.masters = splitMasters(*masters)
 	c.argv = fs.Args()
+	valueSet := false
+	fs.Visit(func(f *flag.Flag) { valueSet = valueSet || f.Name == "value" })
 	switch {
 	case len(c.masters) == 0:
 		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
-	case c.key == "":
-		// -elect NAME, once package election has it, is the other choice.
-		return usage("give -lock KEY")
+	case (c.key == "") == (c.elect == ""):
+		return usage("give -lock KEY or -elect NAME, one of them")
+	case valueSet && c.elect == "":
+		return usage("-value is the leader's: give -elect NAME")
 	case len(c.argv) == 0:
 		return usage("no command: give it after --")
 	case c.grace < 0:
 		return usage("-grace %v must not be negative", c.grace)
 	}
 
-	clients := make([]*redis.Client, len(c.masters))
-	for i, addr := range c.masters {
-		clients[i] = redis.NewClient(harness.MasterOptions(addr))
+	if c.elect != "" && !valueSet {
+		host, _ := os.Hostname()
+		c.value = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	defer func() {
-		for _, cl := range clients {
-			_ = cl.Close()
-		}
-	}()
-	client, err := redlock.New(clients, &redlock.Options{MasterTimeout: c.masterTimeout, KeyPrefix: c.prefix})
+
+	client, closeClient, err := newClient(c.masters, c.prefix, c.masterTimeout)
 	if err != nil {
 		return usage("%v", err)
 	}
-	defer client.Close()
-	hold, err := c.lockHolder(client)
+	defer closeClient()
+	hold, what := c.lockHolder, fmt.Sprintf("%q not obtained", c.key)
+	if c.elect != "" {
+		hold, what = c.electHolder, fmt.Sprintf("election %q not led", c.elect)
+	}
+	held, err := hold(client)
 	if err != nil {
 		return usage("%v", err)
 	}
 
 	status, ran := 1, false
-	err = hold(ctx, func(ctx context.Context) error {
+	err = held(ctx, func(ctx context.Context) error {
 		ran = true
 		var err error
 		status, err = c.child(ctx)
@@ -128,7 +133,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	})
 	switch {
 	case !ran:
-		fmt.Fprintf(stderr, "redlock run: %q not obtained: %v\n", c.key, err)
+		fmt.Fprintf(stderr, "redlock run: %s: %v\n", what, err)
 		return 1
 	case err != nil:
 		fmt.Fprintf(stderr, "redlock run: %v\n", err)

@@ -198,8 +198,28 @@ func (r *report) targets() []target {
 		measured: fmt.Sprintf("p99 %s -> %s", fmtDur(h), fmtDur(d)),
 		ratio:    fmt.Sprintf("%+.0f%%", added*100), met: added <= 0.25, known: !math.IsNaN(added),
 	})
-	return ts
+	return append(ts, failoverTargets(res)...)
 }
+
+// failoverTargets are the election's: the next leader within a few ms of
+// a Resign, and within a TTL plus one retry of the leader's SIGKILL.
+func failoverTargets(res *results) []target {
+	const resignGoal = 5e6 // ns
+	resign := res.med(failover("resign"), "p99-ns")
+	killed, bound := res.med(failover("killed"), "p99-ns"), res.med(failover("killed"), "bound-ns")
+	return []target{{
+		what:     "Leader election, 5 masters: p99 from Resign to the next leader (woken by the release)",
+		goal:     "<= " + fmtDur(resignGoal),
+		measured: fmtDur(resign), met: resign <= resignGoal, known: !math.IsNaN(resign),
+	}, {
+		what:     "Leader election, 5 masters, 1s TTL: p99 from the leader's SIGKILL to the next leader",
+		goal:     "<= TTL + one retry (" + fmtDur(bound) + ")",
+		measured: fmtDur(killed), met: killed <= bound, known: !math.IsNaN(killed) && !math.IsNaN(bound),
+	}}
+}
+
+// failover is the name of a BenchmarkElectionFailover case.
+func failover(how string) string { return "ElectionFailover/how=" + how }
 
 // stoppedContended are the contended ops of BenchmarkStoppedMaster.
 var stoppedContended = []string{"contended", "contendedwork", "contended/clients=2", "contendedwork/clients=2",
@@ -396,6 +416,7 @@ func (r *report) write(w io.Writer) {
 	}
 	p("\n")
 
+	r.writeFailover(w)
 	r.writeCommands(w)
 
 	if pr := r.profile; pr != nil {
@@ -416,6 +437,29 @@ func (r *report) write(w io.Writer) {
 	for _, b := range r.benchstat {
 		p("### %s\n\n`benchstat %s`\n\n```\n%s```\n\n", b.title, b.args, b.text)
 	}
+}
+
+// writeFailover: how long an election is without a leader when its
+// leader resigns or is killed.
+func (r *report) writeFailover(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	res := r.res
+	p("## Leader election failover\n\n")
+	p("Package `election` on five masters, TTL 1s. From the leader's going to the return of the next candidate's `Campaign`, which waits in another client (as in another process). ")
+	p("`resign`: the leader calls `Resign`, whose release wakes the candidate. ")
+	p("`killed`: the leader is a child process (the bench's test binary) that gets SIGKILL while it leads and renews; nothing is released, so the candidate leads once the lock expired: after what was left of its TTL, plus up to one fallback retry (`MaxRetryDelay`, 200ms). ")
+	p("Late: the share of failovers past that bound.\n\n")
+	p("| Leader | p50 | p99 | mean | bound | late | samples (b.N) |\n|---|---|---|---|---|---|---|\n")
+	for _, how := range []string{"resign", "killed"} {
+		n := failover(how)
+		bound, late := "-", "-"
+		if how == "killed" {
+			bound, late = fmtDur(res.med(n, "bound-ns")), fmtNum(res.med(n, "late/op"), 2)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", how, fmtDur(res.med(n, "p50-ns")), fmtDur(res.med(n, "p99-ns")),
+			fmtDur(res.med(n, "ns/op")), bound, late, iterRange(res.iters[n]))
+	}
+	p("\n")
 }
 
 // writeCommands: client commands per op (MONITOR) with a per-script split.

@@ -32,6 +32,10 @@ func suites(count int, benchtime string) []suite {
 		{"BenchmarkStoppedMaster", benchtime, count},
 		{"BenchmarkMasters", benchtime, count},
 		{"BenchmarkReplicated", benchtime, count},
+		// Failover latencies are percentiles within a run: a fixed number
+		// of failovers. A killed leader's takes a TTL (1s): fewer of them.
+		{"BenchmarkElectionFailover/how=resign", "200x", count},
+		{"BenchmarkElectionFailover/how=killed", "30x", 1},
 		// Command counts barely vary: one repetition, few iterations.
 		{"BenchmarkCommands", "300x", 1},
 	}
