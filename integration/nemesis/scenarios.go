@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -219,6 +220,7 @@ func Scenarios(s Scale) []Scenario {
 			all = append(all, sc)
 		}
 	}
+	all = append(all, electionScenarios(s, base(), holding())...)
 	for _, sc := range all {
 		if !sc.Safe {
 			sc.Description = "As " + sc.Name + ", with a resource that does not check fencing tokens."
@@ -242,4 +244,75 @@ func Scenarios(s Scale) []Scenario {
 var describeKind = map[Kind]string{
 	Reentrant: ": each section locks twice (nested; the inner hold must keep the Lock and its token), writes, and unlocks twice.",
 	ReadWrite: ": a third of the sections take the write lock and write, the others share the read lock and only read; every read must see the last write.",
+}
+
+// electionScenarios are the election's runs (Kind Election): each client
+// is a candidate, and each leadership a section fenced by its epoch.
+// base and holding are Scenarios' loads.
+func electionScenarios(s Scale, base, holding Config) []Scenario {
+	pick := func(quick, full int) int {
+		if s == Full {
+			return full
+		}
+		return quick
+	}
+	dur := func(quick, full time.Duration) time.Duration {
+		if s == Full {
+			return full
+		}
+		return quick
+	}
+	// Full: 8 candidates until 10,000 leaderships wrote. A handoff takes
+	// a Resign (two rounds) and a Campaign (two rounds and a wake).
+	elect := base
+	elect.Kind, elect.Keys, elect.Sections = Election, 1, pick(200, 5000)
+	// Some long leaderships for the nemeses that act under one.
+	someLong := elect
+	someLong.TTL, someLong.LongHold, someLong.LongEvery = 2*time.Second, 700*time.Millisecond, pick(5, 50)
+	someLong.Duration = dur(10*time.Second, 12*time.Minute)
+	// A long leadership outlasts a TTL, so that a stall outlasts its
+	// validity while the leader still counts on it.
+	stalled := elect
+	stalled.LongHold, stalled.LongEvery = 3*elect.TTL, pick(10, 20)
+	stalled.Duration = dur(12*time.Second, 8*time.Minute)
+	broken := holding
+	broken.Kind, broken.FreshClients = Election, true
+	if s == Full { // only to show what the checker reports, as the others
+		broken.Clients, broken.Duration = 4, 15*time.Second
+	}
+
+	const as = " Each client is a candidate (election.Campaign); a leadership reads the counter, holds, writes it back with its epoch as fencing token, and resigns; two observers (election.Observe) follow the election."
+	return []Scenario{
+		{
+			Name: "election: kill-minority", Safe: true, Config: elect,
+			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As kill-minority, under an election." + as,
+		},
+		{
+			Name: "election: pause-minority", Safe: true, Config: elect,
+			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As pause-minority, under an election." + as,
+		},
+		{
+			Name: "election: cut-minority", Safe: true, Config: elect,
+			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As cut-minority, under an election." + as,
+		},
+		{
+			Name: "election: restart-delayed", Safe: true, Config: someLong,
+			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: dur(300*time.Millisecond, 3*time.Second)},
+			Description: "As restart-delayed, under an election: 4 masters die under a leader of 700ms (TTL 2s), and come back empty after 2.3s." + as,
+		},
+		{
+			Name: "election: pause-leader", Safe: true, Config: stalled,
+			Nemesis: PauseLeader{Stall: 1600 * time.Millisecond, Up: dur(300*time.Millisecond, time.Second)},
+			Description: "While a candidate leads for 3 TTLs (one leadership in " + fmt.Sprint(stalled.LongEvery) + "), its own proxies drop all its traffic to every master for 1.6s, longer than the 1s TTL, as if its process were frozen: " +
+				"its lead must end before its validity does, and another candidate leads once the lock expired." + as,
+		},
+		{
+			Name: "election: restart-no-delay, fresh clients", Safe: false, Config: broken,
+			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 0, Up: 300 * time.Millisecond},
+			Description: "As restart-no-delay, fresh clients, under an election: each campaign goes through a new redlock.Client, so the 4 masters that come back empty under a leader count at once, and a second candidate leads. Breaks the persistence assumption.",
+		},
+	}
 }
