@@ -304,7 +304,7 @@ func electionScenarios(s Scale, base, holding Config) []Scenario {
 			Description: "As restart-delayed, under an election: 4 masters die under a leader of 700ms (TTL 2s), and come back empty after 2.3s." + as,
 		},
 		{
-			Name: "election: pause-leader", Safe: true, Config: stalled,
+			Name: "election: pause-leader", Safe: true, LosesLock: true, Config: stalled,
 			Nemesis: PauseLeader{Stall: 1600 * time.Millisecond, Up: dur(300*time.Millisecond, time.Second)},
 			Description: "While a candidate leads for 3 TTLs (one leadership in " + fmt.Sprint(stalled.LongEvery) + "), its own proxies drop all its traffic to every master for 1.6s, longer than the 1s TTL, as if its process were frozen: " +
 				"its lead must end before its validity does, and another candidate leads once the lock expired." + as,
