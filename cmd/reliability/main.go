@@ -261,6 +261,15 @@ counts (` + "`go test ./integration/nemesis`" + `).
   larger tokens: no false rejection there. Nor in restart-no-delay, where
   the clients hold the restarted masters back for a TTL. With fresh clients
   two holders exist at once, and fencing rejects the stale one's writes.
+- The election (its own table) is checked on the same clock as the
+  locks: a leadership, as long as its leader counts on it, must not
+  overlap the next. A leader whose links are stalled for longer than the
+  TTL (pause-leader) must see its lead end before its lock's validity
+  runs out (min margin), and another candidate leads about a TTL after
+  the stall began (takeovers). With fresh clients and restarts without
+  delay two candidates lead at once: the overlaps show, and since epochs
+  are fencing tokens, the fenced counter rejects the stale leader's
+  writes, while the unfenced one loses updates.
 - Quorum repair keeps a lock held with auto-renewal through a rolling
   restart of every master; with repair off the same lock is lost.
 - Fencing also assumes that the masters' clocks differ by well under the
