@@ -94,6 +94,9 @@ func (o outcome) ok() bool {
 	}
 	r := o.rep.Result
 	if o.sc.Safe {
+		if e := o.rep.Election; e != nil && e.Violations() > 0 {
+			return false
+		}
 		return r.Violations() == 0 && r.Rejected == 0 &&
 			(!o.sc.KeepsLock || r.Aborted == 0) && (!o.sc.LosesLock || r.Aborted > 0)
 	}
@@ -106,7 +109,7 @@ func (o outcome) verdict() string {
 		return "**did not run**: " + strings.ReplaceAll(o.err.Error(), "\n", " ")
 	case o.sc.Safe && o.ok():
 		return "safe"
-	case o.sc.Safe && o.rep.Result.Violations() == 0:
+	case o.sc.Safe && o.violations() == 0:
 		return "**unexpected**: see rejections and locks lost"
 	case o.sc.Safe:
 		return "**VIOLATION**"
@@ -115,6 +118,15 @@ func (o outcome) verdict() string {
 	default:
 		return "**violation not detected**"
 	}
+}
+
+// violations counts the checkers' findings, the election's included.
+func (o outcome) violations() int {
+	n := o.rep.Result.Violations()
+	if e := o.rep.Election; e != nil {
+		n += e.Violations()
+	}
+	return n
 }
 
 func render(w io.Writer, results []outcome, scale nemesis.Scale, took time.Duration) {
@@ -170,7 +182,12 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "False rejections", "Verdict"}
 	p("| %s |\n", strings.Join(cols, " | "))
 	p("|%s\n", strings.Repeat("---|", len(cols)))
+	var elections []outcome
 	for _, o := range results {
+		if o.sc.Config.Kind == nemesis.Election {
+			elections = append(elections, o)
+			continue
+		}
 		kept := "kept"
 		if !o.sc.Safe {
 			kept = "broken"
@@ -194,6 +211,10 @@ counts (` + "`go test ./integration/nemesis`" + `).
 	}
 	p("\n\"Availability\": the share of `mutex.Lock` calls that got the lock within the lock timeout (a failed call is unavailability, not a safety problem; a client's lock call while another holds the lock for long fails by design). \"Sections committed\": sections whose write the counter accepted, and for read-write locks the read sections held to the end. \"Locks lost\": sections whose holder lost its lock (renewal failed, validity ran out) before its write, which it then did not make. \"False rejections\": rejected sections that overlapped no other, holders whose lock was safe but whose token was lower than one seen before.\n\n")
 
+	if len(elections) > 0 {
+		renderElections(w, elections)
+	}
+
 	p("## Nemeses\n\n")
 	for _, o := range results {
 		c := o.sc.Config
@@ -206,8 +227,12 @@ counts (` + "`go test ./integration/nemesis`" + `).
 			}
 			p(" %d clients on %s, TTL %v, master timeout %v,%s at most %d lock calls each and %v; ran %v.",
 				c.Clients, plural(c.Keys, "key"), c.TTL, c.MasterTimeout, until, c.Sections, c.Duration, o.rep.Elapsed.Round(100*time.Millisecond))
-			if o.sc.Safe && o.rep.Result.Violations() > 0 {
-				p("\n\n  ```\n  %s\n  ```\n", strings.ReplaceAll(o.rep.Result.String(), "\n", "\n  "))
+			if o.sc.Safe && o.violations() > 0 {
+				found := o.rep.Result.String()
+				if e := o.rep.Election; e != nil {
+					found += "\n" + e.String()
+				}
+				p("\n\n  ```\n  %s\n  ```\n", strings.ReplaceAll(found, "\n", "\n  "))
 			}
 		}
 		p("\n")
@@ -236,6 +261,15 @@ counts (` + "`go test ./integration/nemesis`" + `).
   larger tokens: no false rejection there. Nor in restart-no-delay, where
   the clients hold the restarted masters back for a TTL. With fresh clients
   two holders exist at once, and fencing rejects the stale one's writes.
+- The election (its own table) is checked on the same clock as the
+  locks: a leadership, as long as its leader counts on it, must not
+  overlap the next. A leader whose links are stalled for longer than the
+  TTL (pause-leader) must see its lead end before its lock's validity
+  runs out (min margin), and another candidate leads about a TTL after
+  the stall began (takeovers). With fresh clients and restarts without
+  delay two candidates lead at once: the overlaps show, and since epochs
+  are fencing tokens, the fenced counter rejects the stale leader's
+  writes, while the unfenced one loses updates.
 - Quorum repair keeps a lock held with auto-renewal through a rolling
   restart of every master; with repair off the same lock is lost.
 - Fencing also assumes that the masters' clocks differ by well under the
@@ -273,6 +307,67 @@ In ` + "`integration/faults_test.go`" + ` and ` + "`integration/failover_test.go
   five Redlock masters, one failing over the same way, a second client
   cannot get the lock while the first's validity lasts (held once).
 `)
+}
+
+// renderElections writes the table of the election's runs.
+func renderElections(w io.Writer, results []outcome) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p(`## Election
+
+The election's runs (package ` + "`election`" + `) use the same runner with each client a
+candidate: it campaigns (` + "`Campaign`" + `, bounded by the lock timeout), and as
+leader reads the counter, holds, writes it back with its epoch as fencing
+token, and resigns. Each candidate reaches the masters through proxies of
+its own, in front of the shared ones, so that one leader can be stalled
+alone. A leadership is recorded on the runner's clock from the moment
+` + "`Campaign`" + ` returned to the moment the leader itself saw ` + "`Done`" + ` closed or
+called ` + "`Resign`" + `: the leader's own view, never shorter than the lead. Two
+observers (` + "`Observe`" + `, each with its own client) follow the election from
+before the first campaign until they saw the last leader end. On top of
+the counter's checks (overlaps, lost updates, stale reads, linearizable,
+rejections), the checker reports:
+
+- **epoch inversions**: leaderships, in the order they started, whose
+  epoch is not larger than the one before;
+- **Done past validity**: leaderships whose ` + "`Done`" + ` was seen closed at or after
+  their lock's validity ran out (` + "`Until`" + ` as last seen, plus a tenth of the
+  TTL, as ` + "`Until`" + ` is documented); **min margin** is how long before its
+  validity a lost lead was seen to end, at worst;
+- **missed leaders**: leaderships that wrote and that an observer never
+  reported; **out of order**: reports whose epoch is lower than an earlier
+  one. Vacancies, and leaders whose win was recorded but whose campaign
+  went on, may be reported too.
+
+`)
+	cols := []string{"Nemesis", "Assumptions", "Candidates", "Campaigns", "Availability", "Leaderships", "Wrote", "Lapsed", "Takeovers", "Faults",
+		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Epoch inversions", "Done past validity", "Min margin",
+		"Observer reports", "Missed leaders", "Out of order", "Verdict"}
+	p("| %s |\n", strings.Join(cols, " | "))
+	p("|%s\n", strings.Repeat("---|", len(cols)))
+	for _, o := range results {
+		kept := "kept"
+		if !o.sc.Safe {
+			kept = "broken"
+		}
+		if o.err != nil {
+			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			continue
+		}
+		r, rep, e := o.rep.Result, o.rep, o.rep.Election
+		margin := "n/a"
+		if e.Lapsed > 0 {
+			margin = e.MinMargin.Round(time.Millisecond).String()
+		}
+		reports := make([]string, len(e.Observers))
+		for i, ob := range e.Observers {
+			reports[i] = fmt.Sprint(ob.Reports)
+		}
+		p("| %s | %s | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %d | %d | %s | %s | %d | %d | %s |\n",
+			o.sc.Name, kept, rep.Config.Clients, rep.LockCalls, availability(rep), e.Leaderships, r.Committed, e.Lapsed, rep.Takeovers, rep.Faults,
+			len(r.Overlaps), r.Miscounted(), len(r.StaleReads), r.Linearizable, rep.FencingColumn(), len(e.Inversions), len(e.LateDone), margin,
+			strings.Join(reports, " / "), e.Missed(), e.OutOfOrder(), o.verdict())
+	}
+	p("\n\"Campaigns\": `Campaign` calls; \"Availability\": the share that led within the lock timeout. \"Wrote\": leaderships whose write the counter accepted. \"Lapsed\": leaderships lost before the leader resigned. \"Takeovers\": leaderships that began while the leader before was stalled. \"Observer reports\": what each observer received.\n\n")
 }
 
 // availability returns the share of lock calls that got the lock.

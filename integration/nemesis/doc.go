@@ -12,4 +12,11 @@
 // linearizable (porcupine). Run drives one scenario; Scenarios lists those
 // the tests and cmd/reliability run, including two that break Redlock's
 // assumptions on purpose, so that the checker is seen to fail.
+//
+// With Kind Election the clients are candidates of one election, each
+// leadership a section fenced by its epoch, and two observers follow it.
+// CheckElection adds what an election must keep: epochs that grow in the
+// order leaders started, a lead seen to end before its lock's validity,
+// and observers that report every leader, in epoch order. PauseLeader
+// stalls one leader's own links for longer than the TTL.
 package nemesis

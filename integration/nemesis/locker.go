@@ -22,6 +22,9 @@ const (
 	// ReadWrite is rwmutex.RWMutex: a third of the sections take the write
 	// lock and write, the others share the read lock and only read.
 	ReadWrite
+	// Election is election.Election: each client is a candidate, and a
+	// section is one leadership, fenced by its epoch (see Term).
+	Election
 )
 
 func (k Kind) String() string {
@@ -30,6 +33,8 @@ func (k Kind) String() string {
 		return "mutex.Reentrant"
 	case ReadWrite:
 		return "rwmutex.RWMutex"
+	case Election:
+		return "election.Election"
 	}
 	return "mutex.Mutex"
 }

@@ -454,3 +454,63 @@ func (s SentinelFailovers) Run(ctx context.Context, env *Env) error {
 		}
 	}
 }
+
+// PauseLeader stalls a leader: its own proxies (Env.Links) drop all its
+// traffic to and from every master, as if its process were frozen, for
+// Stall, then heal; then it leaves the network alone for Up, and again.
+// It stalls the leader of a long section (Config.LongEvery) if the load
+// has some. A Stall longer than the TTL outlasts the leader's validity:
+// its lead must end before that validity does, and another candidate
+// must lead once the lock expired (Env.Takeover counts those).
+type PauseLeader struct {
+	Stall, Up time.Duration
+}
+
+// Run injects faults until ctx ends; every link is healed before it
+// returns. It fails at once without Env.Links (Kind Election).
+func (p PauseLeader) Run(ctx context.Context, env *Env) error {
+	if env.Links == nil {
+		return errors.New("nemesis: PauseLeader needs the clients' own links (Kind Election)")
+	}
+	for ctx.Err() == nil {
+		s, err := env.NextSection(ctx)
+		if err != nil {
+			break
+		}
+		if env.Config.LongEvery > 0 && !s.Long {
+			continue // too short to stall
+		}
+		select {
+		case <-s.Done:
+			continue // too late for this one
+		default:
+		}
+		links := env.Links[s.Client]
+		for i := range links.Len() {
+			if err := links.BlackHole(i); err != nil {
+				return errors.Join(err, links.HealAll())
+			}
+		}
+		began := env.Rec.Now()
+		env.Fault("stall client %d's links to every master for %v, while it leads", s.Client, p.Stall)
+		sctx, cancel := context.WithTimeout(ctx, p.Stall)
+		for {
+			n, err := env.NextSection(sctx)
+			if err != nil {
+				break
+			}
+			if n.Client != s.Client {
+				env.Takeover()
+				env.note("client %d leads %v after the stall of client %d began", n.Client, (n.At - began).Round(time.Millisecond), s.Client)
+				break
+			}
+		}
+		<-sctx.Done() // the rest of the stall
+		cancel()
+		if err := links.HealAll(); err != nil {
+			return err
+		}
+		Sleep(ctx, p.Up)
+	}
+	return nil
+}

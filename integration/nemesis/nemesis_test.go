@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,9 @@ func runScenario(t *testing.T, sc nemesis.Scenario) *nemesis.Report {
 		sc.Name, rep.LockCalls, rep.LockFails, rep.Faults, rep.NotHeld, rep.Elapsed.Round(time.Millisecond), rep.Result)
 	if n := len(rep.FaultLog); n > 0 {
 		t.Logf("faults: %s ... %s", rep.FaultLog[0], rep.FaultLog[n-1])
+	}
+	if testing.Verbose() {
+		t.Logf("fault log:\n%s", strings.Join(rep.FaultLog, "\n"))
 	}
 	return rep
 }
@@ -76,6 +80,18 @@ func TestSafeScenarios(t *testing.T) {
 				assert.Positive(t, r.Aborted, "no holder lost its lock")
 			}
 			assert.LessOrEqual(t, rep.LockCalls, sc.Config.Clients*sc.Config.Sections, "bounded in count")
+			if e := rep.Election; e != nil {
+				t.Logf("election: %v", e)
+				assert.Zero(t, e.Violations(), "election violations under %s:\n%v", sc.Name, e)
+				assert.Len(t, e.Observers, nemesis.Observers)
+				for i, o := range e.Observers {
+					assert.Positive(t, o.Leaders, "observer %d saw no leader", i)
+				}
+				if _, ok := sc.Nemesis.(nemesis.PauseLeader); ok {
+					assert.Positive(t, e.Lapsed, "no stalled leader lost its lead")
+					assert.Positive(t, rep.Takeovers, "no candidate led while the leader was stalled")
+				}
+			}
 			if c := sc.Config; c.Completed > 0 {
 				assert.LessOrEqual(t, r.Committed+r.Reads, c.Completed+c.Clients, "the load ends once Completed sections completed")
 				if sc.Name == "none" {
@@ -102,6 +118,9 @@ func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
 			rep := runScenario(t, sc)
 			r := rep.Result
 			assert.True(t, r.MutualExclusionViolated(), "no overlap reported under %s:\n%v", sc.Name, r)
+			if e := rep.Election; e != nil {
+				t.Logf("election: %v", e)
+			}
 			if rep.Fencing {
 				assert.True(t, r.DataCorrupted() || r.Rejected > 0, "neither corruption nor rejection:\n%v", r)
 			} else {

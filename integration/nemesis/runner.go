@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/election"
 	"github.com/go-redlock/redlock/integration"
 )
 
@@ -143,12 +144,16 @@ type Entered struct {
 // Env is what a Nemesis acts on. Its methods are safe for concurrent use.
 type Env struct {
 	Cluster *integration.Cluster
-	Proxies *Proxies         // the clients' only path to the masters
-	Groups  []*SentinelGroup // the masters, with Config.Sentinel
-	Config  Config
-	Rec     *Recorder
+	Proxies *Proxies // the clients' only path to the masters
+	// Links are each client's own proxies, in front of Proxies, with Kind
+	// Election: a nemesis stalls one candidate's links alone.
+	Links  []*Proxies
+	Groups []*SentinelGroup // the masters, with Config.Sentinel
+	Config Config
+	Rec    *Recorder
 
 	faults    atomic.Int64
+	takeovers atomic.Int64
 	completed atomic.Int64 // sections completed, for Config.Completed
 	mu        sync.Mutex
 	log       []string
@@ -158,6 +163,11 @@ type Env struct {
 // Fault counts one injected fault and logs it.
 func (e *Env) Fault(format string, args ...any) {
 	e.faults.Add(1)
+	e.note(format, args...)
+}
+
+// note logs a line that is no fault.
+func (e *Env) note(format string, args ...any) {
 	line := fmt.Sprintf("%8.3fs ", e.Rec.Now().Seconds()) + fmt.Sprintf(format, args...)
 	e.mu.Lock()
 	e.log = append(e.log, line)
@@ -166,6 +176,10 @@ func (e *Env) Fault(format string, args ...any) {
 		e.Config.Logf("%s", line)
 	}
 }
+
+// Takeover counts a leadership that began while the one before was
+// stalled (PauseLeader).
+func (e *Env) Takeover() { e.takeovers.Add(1) }
 
 func (e *Env) faultLog() []string {
 	e.mu.Lock()
@@ -228,6 +242,13 @@ type Report struct {
 	Fencing   bool          // a FencingFunc was set and gave tokens
 	Elapsed   time.Duration // the whole run, cluster start to stop
 	Result    *Result       // the checker's findings
+	// Election is the election checker's findings, with Kind Election;
+	// Result covers the terms' sections. LockCalls are then Campaign
+	// calls, and NotHeld Resign calls that found the lock gone.
+	Election *ElectionResult
+	// Takeovers are leaderships that began while the leader before was
+	// stalled (PauseLeader).
+	Takeovers int
 }
 
 // FencingColumn says how many sections the resource stopped for a stale
@@ -249,8 +270,19 @@ func (r *Report) FencingColumn() string {
 // stopped; ctx bounds the whole run. It returns an error only if the run
 // itself could not be carried out (masters did not start, a nemesis action
 // failed); violations are in the Report.
+//
+// With Kind Election each client is a candidate with its own proxies
+// (Env.Links), and Observers more clients follow the election from
+// before the load starts until they saw its last leader end.
 func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) {
 	cfg.setDefaults()
+	elect := cfg.Kind == Election
+	if elect && cfg.Sentinel {
+		return nil, errors.New("nemesis: an election run has no Sentinel mode")
+	}
+	if elect {
+		cfg.Keys = 1 // one election
+	}
 	if c, ok := nem.(io.Closer); ok { // after the masters stopped
 		defer func() { err = errors.Join(err, c.Close()) }()
 	}
@@ -295,6 +327,14 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 				defer func() { err = errors.Join(err, rc.Close()) }() // after the worker's client
 				masters = append(masters, rc)
 			}
+		} else if elect {
+			links, err := NewProxies(env.Proxies.Addrs())
+			if err != nil {
+				return nil, err
+			}
+			defer func() { err = errors.Join(err, links.Close()) }()
+			env.Links = append(env.Links, links)
+			masters = links.NewClients()
 		} else {
 			masters = env.Proxies.NewClients()
 		}
@@ -304,6 +344,29 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 		}
 		defer func() { err = errors.Join(err, w.client.Close()) }()
 		workers[i] = w
+	}
+
+	var observers []*electionObserver
+	obsCtx, stopObservers := context.WithCancel(ctx)
+	defer stopObservers()
+	if elect {
+		for range Observers {
+			o, err := startObserver(obsCtx, cfg, env.Proxies.NewClients(), rec)
+			if err != nil {
+				return nil, err
+			}
+			defer func() {
+				stopObservers()
+				<-o.ended
+				err = errors.Join(err, o.client.Close())
+			}()
+			observers = append(observers, o)
+		}
+		for i, o := range observers {
+			if !o.waitFor(observersTimeout, func(Seen) bool { return true }) {
+				return nil, fmt.Errorf("nemesis: observer %d reported nothing in %v", i, observersTimeout)
+			}
+		}
 	}
 
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
@@ -324,9 +387,32 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 	}
 
 	rep = &Report{
-		Config:   cfg,
-		Faults:   int(env.faults.Load()),
-		FaultLog: env.faultLog(),
+		Config:    cfg,
+		Faults:    int(env.faults.Load()),
+		FaultLog:  env.faultLog(),
+		Takeovers: int(env.takeovers.Load()),
+	}
+	if elect {
+		var terms []Term
+		var last uint64
+		for _, w := range workers {
+			terms = append(terms, w.terms...)
+			for _, t := range w.terms {
+				last = max(last, t.Epoch)
+			}
+		}
+		// Each observer must see the last leader end. One that does not
+		// within the bound is cut short: what it missed shows.
+		for _, o := range observers {
+			o.waitFor(observersTimeout, func(s Seen) bool { return s.Vacant && s.Epoch >= last })
+		}
+		stopObservers()
+		var obs []Observation
+		for _, o := range observers {
+			<-o.ended
+			obs = append(obs, o.observation())
+		}
+		rep.Election = CheckElection(terms, obs)
 	}
 	finals := make([]int64, len(res))
 	for k, r := range res {
@@ -351,6 +437,8 @@ type worker struct {
 	masters []*redis.Client
 	client  *redlock.Client
 	lockers []locker // one per key
+	elect   *election.Election
+	terms   []Term // with Kind Election
 	env     *Env
 	res     []*Resource // one per key
 
@@ -377,6 +465,14 @@ func (w *worker) connect() error {
 	})
 	if err != nil {
 		return err
+	}
+	if cfg.Kind == Election {
+		e, err := cfg.newElection(c)
+		if err != nil {
+			return errors.Join(err, c.Close())
+		}
+		w.client, w.elect = c, e
+		return nil
 	}
 	var lockers []locker
 	for k := range cfg.Keys {
@@ -414,6 +510,12 @@ func (w *worker) run(ctx context.Context) error {
 			if err := w.reconnect(); err != nil {
 				return err
 			}
+		}
+		if w.elect != nil {
+			if err := w.campaign(ctx, n); err != nil {
+				return err
+			}
+			continue
 		}
 		key := mrand.IntN(w.cfg.Keys)
 		locker := w.lockers[key]

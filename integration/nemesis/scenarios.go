@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -35,7 +36,9 @@ const (
 	// Full runs of the nemeses within the assumptions have at least 8
 	// clients on 4 keys and end after 10,000 sections (but for the single
 	// holder of rolling-restart), within 5 minutes each: for
-	// RELIABILITY.md.
+	// RELIABILITY.md. The election's have 8 candidates on its one lock,
+	// and end after 10,000 leaderships or 5 minutes, which comes first
+	// under most nemeses (see their descriptions).
 	Full
 )
 
@@ -219,6 +222,7 @@ func Scenarios(s Scale) []Scenario {
 			all = append(all, sc)
 		}
 	}
+	all = append(all, electionScenarios(s, base(), holding())...)
 	for _, sc := range all {
 		if !sc.Safe {
 			sc.Description = "As " + sc.Name + ", with a resource that does not check fencing tokens."
@@ -242,4 +246,82 @@ func Scenarios(s Scale) []Scenario {
 var describeKind = map[Kind]string{
 	Reentrant: ": each section locks twice (nested; the inner hold must keep the Lock and its token), writes, and unlocks twice.",
 	ReadWrite: ": a third of the sections take the write lock and write, the others share the read lock and only read; every read must see the last write.",
+}
+
+// electionScenarios are the election's runs (Kind Election): each client
+// is a candidate, and each leadership a section fenced by its epoch.
+// base and holding are Scenarios' loads.
+func electionScenarios(s Scale, base, holding Config) []Scenario {
+	pick := func(quick, full int) int {
+		if s == Full {
+			return full
+		}
+		return quick
+	}
+	dur := func(quick, full time.Duration) time.Duration {
+		if s == Full {
+			return full
+		}
+		return quick
+	}
+	// Full: 8 candidates until 10,000 leaderships wrote. Leaderships
+	// come one at a time: a handoff takes a Resign (two rounds) and a
+	// Campaign (a wake and two rounds), about 25ms on local masters.
+	elect := base
+	elect.Kind, elect.Keys, elect.Sections = Election, 1, pick(200, 5000)
+	elect.Duration = dur(5*time.Second, 5*time.Minute)
+	// Some long leaderships for the nemeses that act under one.
+	someLong := elect
+	someLong.TTL, someLong.LongHold, someLong.LongEvery = 2*time.Second, 700*time.Millisecond, pick(5, 50)
+	someLong.Duration = dur(10*time.Second, 5*time.Minute)
+	// A long leadership outlasts a TTL, so that a stall outlasts its
+	// validity while the leader still counts on it.
+	stalled := elect
+	stalled.LongHold, stalled.LongEvery = 3*elect.TTL, pick(10, 20)
+	stalled.Duration = dur(12*time.Second, 5*time.Minute)
+	broken := holding
+	broken.Kind, broken.FreshClients = Election, true
+	if s == Full { // only to show what the checker reports, as the others
+		broken.Clients, broken.Duration = 4, 15*time.Second
+	}
+
+	const as = " Each client is a candidate (election.Campaign); a leadership reads the counter, holds, writes it back with its epoch as fencing token, and resigns; two observers (election.Observe) follow the election."
+	// What bounds the full runs, which 10,000 leaderships may not reach:
+	// leaderships come one at a time, and each waits for the one before.
+	const full = " Full runs end after 10,000 leaderships wrote or 5 minutes (cmd/reliability gives a run 6): leaderships come one at a time, each a Resign, a wake and a Campaign after the last (about 25ms on local masters), so a nemesis that slows quorum rounds leaves fewer."
+	return []Scenario{
+		{
+			Name: "election: kill-minority", Safe: true, Config: elect,
+			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As kill-minority, under an election." + as + full,
+		},
+		{
+			Name: "election: pause-minority", Safe: true, Config: elect,
+			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As pause-minority, under an election." + as + full,
+		},
+		{
+			Name: "election: cut-minority", Safe: true, Config: elect,
+			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As cut-minority, under an election." + as + full,
+		},
+		{
+			Name: "election: restart-delayed", Safe: true, Config: someLong,
+			Nemesis: RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: dur(300*time.Millisecond, 3*time.Second)},
+			Description: "As restart-delayed, under an election: 4 masters die under a leader of 700ms (TTL 2s), and come back empty after 2.3s." + as +
+				" Full runs end after 10,000 leaderships wrote or 5 minutes; each cycle leaves no quorum for 2.3s and the restarted masters out for a TTL after, so far fewer fit.",
+		},
+		{
+			Name: "election: pause-leader", Safe: true, LosesLock: true, Config: stalled,
+			Nemesis: PauseLeader{Stall: 1600 * time.Millisecond, Up: dur(300*time.Millisecond, time.Second)},
+			Description: "While a candidate leads for 3 TTLs (one leadership in " + fmt.Sprint(stalled.LongEvery) + "), its own proxies drop all its traffic to every master for 1.6s, longer than the 1s TTL, as if its process were frozen: " +
+				"its lead must end before its validity does, and another candidate leads once the lock expired." + as +
+				" Full runs end after 10,000 leaderships wrote or 5 minutes; with a 3s or stalled leadership every 20, fewer fit.",
+		},
+		{
+			Name: "election: restart-no-delay, fresh clients", Safe: false, Config: broken,
+			Nemesis:     RestartHolders{PreKill: 2, Count: 2, Delay: 0, Up: 300 * time.Millisecond},
+			Description: "As restart-no-delay, fresh clients, under an election: each campaign goes through a new redlock.Client, so the 4 masters that come back empty under a leader count at once, and a second candidate leads. Breaks the persistence assumption.",
+		},
+	}
 }
