@@ -28,8 +28,9 @@ import (
 	"github.com/go-redlock/redlock/integration/nemesis"
 )
 
-// scenarioTimeout bounds one scenario run, cluster start to stop.
-const scenarioTimeout = 6 * time.Minute
+// scenarioSlack bounds one scenario run beyond its own Duration: cluster
+// start, the last sections, the checks and the stop.
+const scenarioSlack = 4 * time.Minute
 
 type quietLogger struct{}
 
@@ -65,7 +66,7 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "%-32s ", sc.Name)
-		ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), sc.Config.Duration+scenarioSlack)
 		rep, err := nemesis.Run(ctx, sc.Config, sc.Nemesis)
 		cancel()
 		o := outcome{sc: sc, rep: rep, err: err}
