@@ -193,7 +193,7 @@ func (c *runCmd) electHolder(client *redlock.Client) (holder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, child func(context.Context) error) error {
+	return func(ctx context.Context, child func(context.Context, func() time.Time) error) error {
 		for {
 			l, err := e.Campaign(ctx, c.value)
 			if err != nil {
@@ -202,7 +202,7 @@ func (c *runCmd) electHolder(client *redlock.Client) (holder, error) {
 			fmt.Fprintf(c.stderr, "redlock run: leading %q at epoch %d\n", c.elect, l.Epoch())
 			cctx, cancel := context.WithCancelCause(ctx)
 			stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
-			err = child(cctx)
+			err = child(cctx, l.Until)
 			stop()
 			// The child stopped for the lost lead, not on its own nor
 			// for ctx: lead again once it can.

@@ -53,7 +53,7 @@ func TestRunElectLossAndHandOver(t *testing.T) {
 	defer interrupt()
 	firstDone, secondDone := make(chan result, 1), make(chan result, 1)
 	go func() {
-		code, stderr := runRun(firstCtx, cluster, "-elect", "job", "-value", "a", "-ttl", "1500ms", "-grace", "5s", "--", "sh", "-c", script, first)
+		code, stderr := runRun(firstCtx, cluster, "-elect", "job", "-value", "a", "-ttl", "1500ms", "-grace", "500ms", "--", "sh", "-c", script, first)
 		firstDone <- result{code, stderr}
 	}()
 	require.Eventually(t, func() bool { return countIn(first, "started") == 1 }, 10*time.Second, 10*time.Millisecond, "the first child did not start")

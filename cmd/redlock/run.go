@@ -20,9 +20,11 @@ const runUsage = `usage: redlock run -masters host:port,... -lock KEY [flags] --
        redlock run -masters host:port,... -elect NAME [-value V] [flags] -- CMD [ARGS...]
 
 -lock: runs CMD while holding the lock KEY, renewed automatically. If the lock
-is lost, or less than a tenth of -ttl of its validity is left, CMD gets SIGTERM,
-then SIGKILL after -grace. The lock is released when CMD exits. Without -wait, a
-lock held elsewhere ends it at once.
+is lost, or its validity would run out within -grace, CMD gets SIGTERM, then
+SIGKILL after -grace: it is gone before the validity ends. CMD runs in a process
+group of its own; signals go to the whole group, and what is left of the group
+when CMD exits is killed before the lock is released. Without -wait, a lock held
+elsewhere ends it at once.
 
 -elect: campaigns in the election NAME with -value, and runs CMD while leading
 (see package election). If the lead is lost, CMD gets SIGTERM, then SIGKILL
@@ -54,8 +56,9 @@ type runCmd struct {
 
 // holder runs child while something is held, and returns child's error
 // joined with its own: a lock (-lock) or a leadership (-elect). child's
-// context ends when the hold is lost or about to run out.
-type holder func(ctx context.Context, child func(ctx context.Context) error) error
+// context ends when the hold is lost or about to run out. until tells
+// the hold's validity, which renewals move.
+type holder func(ctx context.Context, child func(ctx context.Context, until func() time.Time) error) error
 
 // runCLI runs redlock run with args (args[0] is "run") and returns the
 // exit status. It blocks until CMD has exited and the lock is released,
@@ -75,7 +78,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.StringVar(&c.elect, "elect", "", "run CMD as the leader of this election, instead of -lock")
 	fs.StringVar(&c.value, "value", "", "-elect: the leader's value, shown by redlock leader (default host:pid)")
 	fs.BoolVar(&c.wait, "wait", false, "wait for the lock instead of exiting 1 when it is held elsewhere (-elect always waits)")
-	fs.DurationVar(&c.grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when the lock is lost")
+	fs.DurationVar(&c.grace, "grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lock is lost; at most a third of -ttl (the default is cut to it)")
 	fs.DurationVar(&c.masterTimeout, "master-timeout", redlock.DefaultMasterTimeout, "redlock.Options.MasterTimeout")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -90,8 +93,14 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	c.masters = splitMasters(*masters)
 	c.argv = fs.Args()
-	valueSet := false
-	fs.Visit(func(f *flag.Flag) { valueSet = valueSet || f.Name == "value" })
+	valueSet, graceSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		valueSet = valueSet || f.Name == "value"
+		graceSet = graceSet || f.Name == "grace"
+	})
+	if !graceSet {
+		c.grace = min(c.grace, c.ttl/3)
+	}
 	switch {
 	case len(c.masters) == 0:
 		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
@@ -103,6 +112,10 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return usage("no command: give it after --")
 	case c.grace < 0:
 		return usage("-grace %v must not be negative", c.grace)
+	case c.grace > c.ttl/3:
+		// Renewals keep about two thirds of the TTL ahead. A longer
+		// grace would stop CMD while the lock is healthy.
+		return usage("-grace %v must be at most a third of -ttl %v", c.grace, c.ttl)
 	}
 
 	if c.elect != "" && !valueSet {
@@ -125,8 +138,10 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 
 	status, ran := 1, false
-	err = held(ctx, func(ctx context.Context) error {
+	err = held(ctx, func(ctx context.Context, until func() time.Time) error {
 		ran = true
+		ctx, stop := beforeValidity(ctx, until, c.grace)
+		defer stop()
 		var err error
 		status, err = c.child(ctx)
 		return err
@@ -148,8 +163,8 @@ func (c *runCmd) lockHolder(client *redlock.Client) (holder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, child func(context.Context) error) error {
-		run := func(ctx context.Context, _ *redlock.Lock) error { return child(ctx) }
+	return func(ctx context.Context, child func(context.Context, func() time.Time) error) error {
+		run := func(ctx context.Context, l *redlock.Lock) error { return child(ctx, l.Until) }
 		if c.wait {
 			return m.Do(ctx, run)
 		}
@@ -160,20 +175,56 @@ func (c *runCmd) lockHolder(client *redlock.Client) (holder, error) {
 	}, nil
 }
 
+// beforeValidity returns ctx, cancelled once until() is within grace.
+// It reads until again whenever its timer fires, as renewals move it.
+// SIGKILL, grace after SIGTERM, then lands before the validity ends.
+// stop ends its goroutine.
+func beforeValidity(ctx context.Context, until func() time.Time, grace time.Duration) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(time.Until(until()) - grace)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			u := until()
+			if left := time.Until(u) - grace; left > 0 {
+				t.Reset(left)
+				continue
+			}
+			cancel(fmt.Errorf("%w: validity ends at %s, within the %v grace", redlock.ErrNotHeld, u.Format(time.RFC3339Nano), grace))
+			return
+		}
+	}()
+	return ctx, func() { cancel(nil); <-done }
+}
+
 // child runs the command until it exits, and returns its exit status.
-// When ctx ends, it sends SIGTERM, then SIGKILL after the grace.
+// When ctx ends, it sends SIGTERM to the command's process group, then
+// SIGKILL after the grace. When the command exits, the rest of its group
+// is killed: nothing it started works on without the lock.
 func (c *runCmd) child(ctx context.Context) (int, error) {
 	cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	group := func(sig syscall.Signal) error { return syscall.Kill(-cmd.Process.Pid, sig) }
 	cmd.Cancel = func() error {
-		if c.grace == 0 { // WaitDelay 0 would never kill: SIGKILL now
+		if c.grace == 0 {
 			fmt.Fprintf(c.stderr, "redlock run: %v: sending SIGKILL to %s\n", context.Cause(ctx), c.argv[0])
-			return cmd.Process.Kill()
+			return group(syscall.SIGKILL)
 		}
 		fmt.Fprintf(c.stderr, "redlock run: %v: sending SIGTERM to %s (SIGKILL in %v)\n", context.Cause(ctx), c.argv[0], c.grace)
-		return cmd.Process.Signal(syscall.SIGTERM)
+		time.AfterFunc(c.grace, func() { _ = group(syscall.SIGKILL) })
+		return group(syscall.SIGTERM)
 	}
-	cmd.WaitDelay = c.grace
+	// Wait returns once the command is gone, though its group may hold
+	// its output open.
+	cmd.WaitDelay = c.grace + time.Second
 	if err := cmd.Start(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
 			return 127, fmt.Errorf("start %s: %w", c.argv[0], err)
@@ -181,6 +232,7 @@ func (c *runCmd) child(ctx context.Context) (int, error) {
 		return 1, fmt.Errorf("start %s: %w", c.argv[0], err)
 	}
 	err := cmd.Wait()
+	_ = group(syscall.SIGKILL) // ESRCH where nothing is left
 	ps := cmd.ProcessState
 	if ps == nil {
 		return 1, err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/harness"
 )
 
@@ -82,6 +84,7 @@ func TestRunUsage(t *testing.T) {
 		"bad flag":   {"-lock", "job", "-nope", "--", "true"},
 		"short TTL":  {"-lock", "job", "-ttl", "1ms", "--", "true"},
 		"grace":      {"-lock", "job", "-grace", "-1s", "--", "true"},
+		"long grace": {"-lock", "job", "-ttl", "3s", "-grace", "1001ms", "--", "true"},
 	} {
 		code, stderr := runRun(ctx, cluster, args...)
 		assert.Equal(t, 2, code, name)
@@ -123,7 +126,7 @@ func TestRunLossStopsChild(t *testing.T) {
 	}
 	firstDone, secondDone := make(chan result, 1), make(chan result, 1)
 	go func() {
-		code, stderr := runRun(ctx, cluster, "-lock", "job", "-ttl", "1500ms", "-grace", "5s", "--", "sh", "-c", script, first)
+		code, stderr := runRun(ctx, cluster, "-lock", "job", "-ttl", "1500ms", "-grace", "500ms", "--", "sh", "-c", script, first)
 		firstDone <- result{code, stderr}
 	}()
 	require.Eventually(t, func() bool {
@@ -212,4 +215,75 @@ func TestRunZeroGraceKills(t *testing.T) {
 		t.Fatal("the child ran on 10s after its SIGTERM, with -grace 0")
 	}
 	assertNoLock(t, cluster, "job")
+}
+
+// What the child started goes with it: on a loss, signals reach its
+// whole process group, and a background job it leaves is killed before
+// the lock is released.
+func TestRunStopsTheChildsGroup(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	dir := t.TempDir()
+	gone := func(pidFile string) func() bool {
+		return func() bool {
+			b, err := os.ReadFile(pidFile)
+			var pid int
+			if _, serr := fmt.Sscan(string(b), &pid); err != nil || serr != nil {
+				return false
+			}
+			// A killed process may stay a zombie until init reaps it.
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			return err != nil || strings.Contains(string(stat), ") Z ")
+		}
+	}
+
+	// The child exits at once, leaving a job in the background.
+	left := filepath.Join(dir, "left")
+	code, stderr := runRun(t.Context(), cluster, "-lock", "job", "--", "sh", "-c", `sleep 60 & echo $! > "$0"`, left)
+	require.Equal(t, 0, code, stderr)
+	assert.Eventually(t, gone(left), 5*time.Second, 10*time.Millisecond, "the background job outlived the child")
+
+	// Interrupted: the child and its job get the signals.
+	ctx, cancel := context.WithCancel(t.Context())
+	job := filepath.Join(dir, "job")
+	done := make(chan int, 1)
+	go func() {
+		code, _ := runRun(ctx, cluster, "-lock", "job", "-grace", "200ms", "--", "sh", "-c", `sleep 60 & echo $! > "$0"; wait`, job)
+		done <- code
+	}()
+	require.Eventually(t, func() bool { b, _ := os.ReadFile(job); return len(b) > 0 }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("redlock run did not end within 20s")
+	}
+	assert.Eventually(t, gone(job), 5*time.Second, 10*time.Millisecond, "the child's job outlived it")
+	assertNoLock(t, cluster, "job")
+}
+
+// beforeValidity ends the child's context grace before the validity, and
+// follows renewals. Only its lower bound is timing: it never fires early.
+func TestBeforeValidity(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	var until atomic.Int64
+	until.Store(time.Now().Add(300 * time.Millisecond).UnixNano())
+	read := func() time.Time { return time.Unix(0, until.Load()) }
+	start := time.Now()
+	ctx, stop := beforeValidity(t.Context(), read, grace)
+	defer stop()
+	// A renewal moves the validity before the first timer fires.
+	until.Store(time.Now().Add(600 * time.Millisecond).UnixNano())
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not cancelled within 10s")
+	}
+	assert.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "cancelled before the moved validity less the grace")
+	assert.ErrorIs(t, context.Cause(ctx), redlock.ErrNotHeld)
+
+	// stop ends it early, and its goroutine with it.
+	until.Store(time.Now().Add(time.Hour).UnixNano())
+	ctx, stop = beforeValidity(t.Context(), read, grace)
+	stop()
+	assert.ErrorIs(t, ctx.Err(), context.Canceled)
 }
