@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -38,4 +39,25 @@ func TestResumeStoresTheHolder(t *testing.T) {
 		assert.Equal(t, old.Value(), h.Owner, "master %d", i)
 	}
 	require.NoError(t, l.Release(ctx))
+}
+
+// TestResumedLockHasTheResumesValues: with an Observer, a resumed Lock's
+// renewals carry the values of Resume's context, as an acquired Lock's
+// carry the acquire's: its renewals belong to the trace of the work.
+func TestResumedLockHasTheResumesValues(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	rec := &ctxRecorder{rounds: map[string][]any{}, events: map[EventKind][]any{}}
+	c, err := New(cluster.Clients(), &Options{MasterTimeout: 500 * time.Millisecond, Observer: rec})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	old, err := c.AcquireAs(t.Context(), "job", "alice", 1500*time.Millisecond) // renewed soon after Resume
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "resumed"))
+	l, err := c.Resume(ctx, "job", old.Value(), time.Second)
+	require.NoError(t, err)
+	cancel() // the caller's context ends: renewal goes on
+	l.AutoRenew()
+	require.Eventually(t, func() bool { return len(rec.event(EventRenewed)) > 0 }, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, "resumed", rec.event(EventRenewed)[0], "a renewal of the resumed Lock")
+	require.NoError(t, l.Release(context.Background()))
 }
