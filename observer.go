@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 )
 
@@ -305,13 +306,14 @@ func (e *QuorumError) outcome() string {
 
 // Observers returns one Observer that hands each round and event to
 // every one of obs, in order: an slogobserver and an otelredlock
-// Observer together, say. Nil ones are skipped. With none left it
-// returns nil, and nothing is measured. A panic of one skips the others
-// for that call (see Observer).
+// Observer together, say. Nil ones are skipped, nil pointers too (what a
+// constructor returns with its error). With none left it returns nil,
+// and nothing is measured. A panic of one skips the others for that call
+// (see Observer).
 func Observers(obs ...Observer) Observer {
 	var list observers
 	for _, o := range obs {
-		if o != nil {
+		if v := reflect.ValueOf(o); o != nil && (v.Kind() != reflect.Pointer || !v.IsNil()) {
 			list = append(list, o)
 		}
 	}

@@ -248,3 +248,18 @@ func TestOutcomeContendedOnlyWhereRefusalsDecide(t *testing.T) {
 		assert.Equal(t, tc.want, Outcome(tc.err), "%s: %v", tc.name, tc.err)
 	}
 }
+
+// TestObserversSkipTypedNil: a nil pointer in an Observer, such as what
+// a constructor returns with its error, is skipped like a nil Observer.
+// Called, it would panic on every round, on the caller's goroutine.
+func TestObserversSkipTypedNil(t *testing.T) {
+	var broken *recorder // as from a failed otelredlock.New
+	a := &recorder{}
+	assert.Nil(t, Observers(broken))
+	assert.Same(t, a, Observers(broken, a))
+	c := newFakeClient(t, fakes(3), &Options{Observer: Observers(a, broken, nil)})
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	assert.Equal(t, []EventKind{EventAcquired, EventReleased}, a.kinds())
+}
