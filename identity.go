@@ -96,11 +96,12 @@ type serverID struct {
 // longest TTL the Client asked for.
 type idCache struct {
 	client *redis.Client
-	// failover: the client is a Sentinel FailoverClient. Its server may
-	// change, and gain replicas, without a new run_id being seen at once.
-	failover bool
-	asked    atomic.Uint64 // bumped by refresh
-	current  atomic.Pointer[serverID]
+	// unannounced: the server may change, or gain replicas, without a
+	// new run_id being seen at once. The client is a Sentinel
+	// FailoverClient, or a Redis Cluster node's.
+	unannounced bool
+	asked       atomic.Uint64 // bumped by refresh
+	current     atomic.Pointer[serverID]
 	// changed is when a new run_id was seen, on the monotonic clock; nil
 	// if never. longest is the Client's longest TTL asked for.
 	changed atomic.Pointer[time.Time]
@@ -125,7 +126,7 @@ func newIDCache(c redis.Scripter, longest *atomic.Int64) *idCache {
 		return nil
 	}
 	// go-redis names the address of a Sentinel client so.
-	return &idCache{client: rc, longest: longest, failover: rc.Options().Addr == "FailoverClient"}
+	return &idCache{client: rc, longest: longest, unannounced: rc.Options().Addr == "FailoverClient"}
 }
 
 // opened returns how many connections the client's main and pipeline
@@ -199,8 +200,16 @@ func (id *idCache) Replicas() int {
 	return 0
 }
 
-// Unannounced reports whether the master is reached through Sentinel.
-func (id *idCache) Unannounced() bool { return id.failover }
+// Unannounced reports whether the master is reached through Sentinel,
+// or is a Redis Cluster node.
+func (id *idCache) Unannounced() bool { return id.unannounced }
+
+// tookOver starts the quarantine, as a new run_id would: the server took
+// over keys that another server held, and may lack writes to them.
+func (id *idCache) tookOver() {
+	now := time.Now()
+	id.changed.Store(&now)
+}
 
 // Role learns what ROLE told right after a write, on its connection. A
 // master's replica count replaces the cached one. A refused ROLE (an

@@ -284,6 +284,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n))
 		pipe.UseFunctions(functions)
 		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client, &c.longest), pipe: pipe, prep: &preparation{}}
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			c.nodes[i].shards = newShards(cc, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n), &c.longest)
+		}
 	}
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	qm := make([]quorum.Master, n)
@@ -291,6 +294,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		qm[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe}
 		if id := c.nodes[i].id; id != nil { // a nil *idCache would be a non-nil Identity
 			qm[i].ID = id
+		}
+		if sh := c.nodes[i].shards; sh != nil {
+			qm[i].Route = sh
 		}
 	}
 	c.engine = quorum.New(quorum.Config{
@@ -457,7 +463,7 @@ func (c *Client) Close() error {
 		defer close(pipes)
 		var wg sync.WaitGroup
 		for i := range c.nodes {
-			wg.Go(c.nodes[i].pipe.Close)
+			wg.Go(func() { c.nodes[i].close(false) })
 		}
 		wg.Wait()
 	}()
@@ -478,7 +484,7 @@ func (c *Client) Close() error {
 func (c *Client) abortPipes() {
 	var wg sync.WaitGroup
 	for i := range c.nodes {
-		wg.Go(c.nodes[i].pipe.Abort)
+		wg.Go(func() { c.nodes[i].close(true) })
 	}
 	wg.Wait()
 }
