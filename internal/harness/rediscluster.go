@@ -69,6 +69,9 @@ func StartRedisCluster(ctx context.Context, opts RedisClusterOptions) (rc *Redis
 		"--cluster-announce-ip", "127.0.0.1",
 		// Full syncs start at once instead of waiting for more replicas.
 		"--repl-diskless-sync-delay", "0",
+		// CLUSTER SLOTS lists a replica once it has an offset: once its
+		// master pinged it through the stream (every 10s by default).
+		"--repl-ping-replica-period", "1",
 	}})
 	if err != nil {
 		return nil, err
