@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,19 +141,52 @@ func (s *shards) prepared() bool { return s.loaded.Load() }
 // the scripts' library there. It blocks until ctx ends or each node has
 // answered. Errors are left to the rounds.
 func (s *shards) prepare(ctx context.Context) {
-	if _, err := s.cc.MasterForKey(ctx, ""); err != nil {
-		return
+	err := s.cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error {
+		if sh, err := s.shard(rc); err == nil {
+			sh.pipe.Probe(ctx)
+			_, _ = sh.id.get(ctx)
+		}
+		return nil
+	})
+	if err == nil { // the slot map is loaded
+		s.loaded.Store(true)
+	}
+}
+
+// nodeID is what a master node of a cluster said about itself.
+type nodeID struct {
+	addr string
+	s    *serverID // nil where INFO failed
+	err  error
+}
+
+// identify loads the slot map afresh, then asks each master node who it
+// is (INFO), whatever was cached. Later rounds use what it learned. It
+// blocks until every node answered, or until ctx ends. It returns the
+// nodes by address, or why the slot map could not be loaded.
+func (s *shards) identify(ctx context.Context) ([]nodeID, error) {
+	var mu sync.Mutex
+	var nodes []nodeID
+	err := s.cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error {
+		n := nodeID{addr: rc.Options().Addr}
+		sh, err := s.shard(rc)
+		if err == nil {
+			sh.id.refresh()
+			n.s, n.err = sh.id.get(ctx)
+		} else {
+			n.err = err
+		}
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	s.loaded.Store(true)
-	_ = s.cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error {
-		sh, err := s.shard(rc)
-		if err != nil {
-			return err
-		}
-		sh.pipe.Probe(ctx)
-		_, err = sh.id.get(ctx)
-		return err
-	})
+	slices.SortFunc(nodes, func(a, b nodeID) int { return strings.Compare(a.addr, b.addr) })
+	return nodes, nil
 }
 
 // closePipes closes every node's pipeline at once, or aborts it, and

@@ -70,6 +70,7 @@ func TestClusterNodeOfTheSlotIsTheServer(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "b's master lost its replica")
 
 	c := clusterClient(t, rc, nil)
+	require.NoError(t, c.Verify(ctx), "every master node is checked")
 	waits, roles := commandCalls(ctx, t, rc, ma, "wait"), commandCalls(ctx, t, rc, ma, "role")
 	la, err := c.Acquire(ctx, keyA, 10*time.Second)
 	require.NoError(t, err)
@@ -100,6 +101,12 @@ func TestClusterNodeOfTheSlotIsTheServer(t *testing.T) {
 	}
 	require.NoError(t, la.Release(ctx))
 	require.NoError(t, lb.Release(ctx))
+
+	// A master node that is down is reported by its address.
+	require.NoError(t, rc.Servers.Masters[mb].Kill(ctx))
+	err = c.Verify(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "node "+rc.Announced(mb)+": ", "%v", err)
 }
 
 // TestClusterMovedSlotIsNotCounted: after a failover the client has not

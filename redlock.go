@@ -205,12 +205,21 @@ type config struct {
 // master seen reaching a new run_id counts toward no new lock for the
 // longest TTL the Client asked for (ErrQuarantined).
 //
+// A *redis.ClusterClient master sends a lock's calls to the node that
+// serves its slot (MasterForKey), through that node's *redis.Client. The
+// node is the server: identified, waited for and quarantined as above. A
+// node that takes over a slot this Client used is quarantined too. A
+// MOVED, ASK, CLUSTERDOWN or TRYAGAIN reply counts as an error, and
+// reloads the slot map (ReloadState). Cleanups go through the
+// ClusterClient itself.
+//
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not
 // work. redlock calls its Process and Pipeline where it has them, so an
 // overridden Eval or EvalSha sees only some calls. Besides scripts,
 // redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
-// and Subscribe for wake-on-release. A script followed by WAIT goes out
+// and Subscribe for wake-on-release. A cluster's hooks see only the
+// cleanups: the rounds go through its node clients. A script followed by WAIT goes out
 // through Pipeline, also when sent alone.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
