@@ -139,9 +139,10 @@ func (ms *manyMaster) counts(item int) bool {
 // until it answers, and is not waited for. Its calls of one item are
 // sent; those of many are kept back (ErrSilent), but for a canary now
 // and then (see health). WAIT and ROLE follow the calls, and judge the
-// agreements, as in Do (see Engine.follow, judgeDurable). An agreement
+// agreements, as in Do (see follow, judgeDurable). An agreement
 // whose server must be asked who it is waits for it, once per master
-// and round, as in Do: a replica's does not count.
+// and round (per call where the master routes), as in Do: a replica's
+// does not count.
 // Validity is the caller's to judge from Start and Elapsed. Once the Work
 // is closed, DoMany sends nothing and returns ErrClosed.
 func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
@@ -272,7 +273,7 @@ const MaxManyCalls = 8
 var ErrBehind = fmt.Errorf("%w: %d calls of many items already under way to this master", pipeline.ErrNotSent, MaxManyCalls)
 
 // written is what followed a call's write, and what it asked: see
-// Engine.follow and judgeDurable.
+// follow and judgeDurable.
 type written struct {
 	t      target               // where the call went; zero if unsent
 	target int                  // the replicas WAIT asked for
