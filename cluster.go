@@ -138,7 +138,8 @@ func (s *shards) shard(rc *redis.Client) (*shard, error) {
 func (s *shards) prepared() bool { return s.loaded.Load() }
 
 // prepare loads the slot map, then identifies every master node and loads
-// the scripts' library there. It blocks until ctx ends or each node has
+// the scripts' library there. So a round's first call to a node waits for
+// the replicas it has. It blocks until ctx ends or each node has
 // answered. Errors are left to the rounds.
 func (s *shards) prepare(ctx context.Context) {
 	err := s.cc.ForEachMaster(ctx, func(ctx context.Context, rc *redis.Client) error {

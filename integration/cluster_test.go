@@ -164,11 +164,15 @@ func TestClusterShardFailoverHoldsOnce(t *testing.T) {
 	assert.Contains(t, v, la.Value())
 	freeOn(t, plain, key, 0, 2)
 	c := clusterFirstClient(t, rc, plain, opts)
-	for attempt := range 3 {
+	// The promoted node refuses: it holds a's lock. A fresh client's
+	// first round may go before its slot map is loaded.
+	refused := false
+	for attempt := 0; attempt < 3 || !refused; attempt++ {
+		require.Less(t, attempt, 20, "the promoted node never refused")
 		_, err := c.Acquire(ctx, name, ttl)
 		require.ErrorIs(t, err, redlock.ErrNotObtained, "attempt %d: held once", attempt)
 		require.ErrorAs(t, err, &qe)
-		assert.ErrorIs(t, qe.Masters[0].Err, redlock.ErrHeldElsewhere, "the promoted node holds a's lock")
+		refused = refused || errors.Is(qe.Masters[0].Err, redlock.ErrHeldElsewhere)
 	}
 	require.True(t, la.Held())
 	// a's slot map is stale: the demoted node answers MOVED, which
