@@ -33,6 +33,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// commands are the subcommands, as the unknown-command error lists them.
+const commands = "demo, inspect, watch, release, verify, run, leader, observe"
+
 const usage = `usage: redlock demo [flags]
        redlock inspect|watch|release|verify [flags] [KEY]   (redlock inspect -h)
        redlock run [flags] -- CMD [ARGS...]                  (redlock run -h)
@@ -77,18 +80,27 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long the workers run")
 	fs.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "lock TTL")
 	fs.StringVar(&masters, "masters", "", "comma-separated host:port of running masters to use instead of starting five local ones (no faults are injected)")
-	if len(args) == 0 || args[0] != "demo" {
+	switch {
+	case len(args) == 0:
+		fs.Usage()
+		return 2
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
+		fs.Usage()
+		return 0
+	case args[0] != "demo":
+		fmt.Fprintf(stderr, "redlock: unknown command %q; the commands are %s\n\n", args[0], commands)
 		fs.Usage()
 		return 2
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	rest, err := parseArgs(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "redlock demo: unexpected arguments %q\n", fs.Args())
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "redlock demo: unexpected arguments %q\n", rest)
 		return 2
 	}
 	for m := range strings.SplitSeq(masters, ",") {
@@ -115,6 +127,47 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseArgs parses args with fs, taking flags after positional arguments
+// as well as before them ("release KEY -force"), and returns the positional
+// ones in order. Everything after "--" is positional. Errors are fs.Parse's.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs.Parse consumes a "--" it stops at, and not a positional
+		// argument; a "--" that it consumed as a flag's value is neither.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" && !takesValue(fs, args[:n-1]) {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// takesValue reports whether the last of args is a flag of fs that takes
+// the next argument as its value: "-name", not "-name=v", nor a boolean.
+func takesValue(fs *flag.FlagSet, args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	name := strings.TrimLeft(args[len(args)-1], "-")
+	if len(name) == len(args[len(args)-1]) || strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // quietLogger drops go-redis's internal log messages.
