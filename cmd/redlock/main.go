@@ -8,6 +8,8 @@
 //	redlock run -masters host:port,... -elect NAME [-value V] [-ttl 10s] [-grace 5s] -- CMD [ARGS...]
 //	redlock leader|observe [-json] -masters host:port,... NAME
 //
+// Flags may also follow KEY or NAME; after "--" everything is an argument.
+//
 // The demo runs workers that each own a redlock.Client and compete for one
 // key, checks that their critical sections never overlap and that no update
 // of a shared counter is lost, and, on masters it starts itself, kills,
