@@ -244,10 +244,8 @@ func ExampleObservers() {
 		}
 	}()
 	warnings := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	client, err := redlock.New(masters, &redlock.Options{
-		MasterTimeout: 200 * time.Millisecond,
-		Observer:      redlock.Observers(slogobserver.New(warnings), outcomes{}),
-	})
+	obs := redlock.Observers(slogobserver.New(warnings), outcomes{}) // and otelredlock.New's
+	client, err := redlock.New(masters, &redlock.Options{Observer: obs, MasterTimeout: 200 * time.Millisecond})
 	if err != nil {
 		log.Fatal(err)
 	}

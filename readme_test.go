@@ -18,8 +18,8 @@ var examples = []string{
 }
 
 // programs are complete programs that go test runs as written (their
-// Example calls main): a Go block that starts with "package" must be one
-// of them, whole.
+// Example calls main): a Go block with a package clause must be one of
+// them, whole.
 var programs = []string{"examples/quickstart/main.go"}
 
 // docs are the Markdown files whose Go blocks and links are checked.
@@ -55,13 +55,14 @@ func TestReadmeCodeIsExamples(t *testing.T) {
 		whole[normalize(read(t, f))] = true
 	}
 	goBlock := regexp.MustCompile("(?s)```go\n(.*?)```")
+	clause := regexp.MustCompile(`(?m)^package `)
 	for _, doc := range docs(t) {
 		blocks := goBlock.FindAllStringSubmatch(read(t, doc), -1)
 		if doc == "README.md" && len(blocks) == 0 {
 			t.Fatal("README.md has no Go blocks")
 		}
 		for _, b := range blocks {
-			if strings.HasPrefix(b[1], "package ") {
+			if clause.MatchString(b[1]) {
 				if !whole[normalize(b[1])] {
 					t.Errorf("%s: this program is not one that go test runs (%v):\n%s", doc, programs, b[1])
 				}
