@@ -1,6 +1,3 @@
-// Command quickstart takes a lock on five Redis masters, runs a job under
-// it, then leads an election for two seconds. docker-compose up starts
-// the masters it uses.
 package main
 
 import (
@@ -20,8 +17,7 @@ import (
 var addrs = []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"}
 
 func main() {
-	// One go-redis client per master. MaxRetries -1 keeps go-redis from
-	// replaying a lock call; ContextTimeoutEnabled bounds each call.
+	// MaxRetries -1: go-redis must never replay a lock call.
 	var masters []*redis.Client
 	for _, addr := range addrs {
 		masters = append(masters, redis.NewClient(&redis.Options{
