@@ -12,22 +12,12 @@ import (
 
 // Acquire tries once to take the exclusive lock on key for ttl, under a
 // fresh random value. It returns a *Lock if a quorum of masters granted it
-// with validity left. Otherwise it releases whatever it took, on every
-// master that may have set the lock. It does so with fresh contexts, never
-// ctx, which may have ended. The release is retried in the background
-// until each master answers or the key would have expired anyway. Acquire
-// then returns an error wrapping ErrNotObtained, and a *QuorumError tells
-// each master's part.
-//
-// Acquire blocks until the quorum is decided, at most MasterTimeout after
-// the round starts. Before the round, fewer than a quorum of masters may
-// be set up, as for a fresh client's first acquire. It then waits for
-// their setup, then for the others twice as long as that took. That wait
-// lasts at most 4*MasterTimeout. A failed attempt also waits for one try,
-// bounded by MasterTimeout, to release the masters it saw agree. It waits
-// briefly for the masters that have not answered: twice as long as the
-// decision took, if a master replied by then. A master slower than that
-// is released in the background. With fencing, one more round runs when
+// with validity left. Otherwise it undoes what it took, with fresh
+// contexts, and returns an error wrapping ErrNotObtained; a *QuorumError
+// tells each master's part. It blocks until the quorum is decided, within
+// MasterTimeout of the round's start (docs/api.md tells the setup before
+// a fresh client's first round, and the cleanup after a failed one). With
+// fencing, one more round runs when
 // the masters' counters differ. Cancelling ctx ends the attempt early; the
 // error then also matches ctx.Err(). ttl is used in whole milliseconds. It
 // must be longer than MasterTimeout and than its own drift allowance.
@@ -42,33 +32,24 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	return c.acquire(ctx, exclusiveMode, key, value, c.nonce(value), ttl, 0)
 }
 
-// AcquireAs is Acquire with a reentrant lock held by owner. While owner
-// holds it, Lock.Reenter adds holds and the last Lock.Release frees it.
-// owner must be unique to its holder and unguessable (see NewOwner). Each
-// Lock is its own acquisition. While one Lock of owner holds the lock,
-// another AcquireAs by owner is refused like any other. Re-enter with
-// Lock.Reenter, or use mutex.Reentrant, which does.
+// AcquireAs is Acquire with a reentrant lock held by owner, a unique and
+// unguessable value (see NewOwner). Lock.Reenter adds holds and the last
+// Lock.Release frees it; another AcquireAs by owner is refused.
 func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	return c.acquireOwned(ctx, exclusiveMode, key, owner, ttl, 0)
 }
 
 // AcquireWrite takes the write side of the read-write lock named key for
-// owner: granted when no other owner holds it for writing and no reader
-// holds it. It fails with an error matching ErrUpgrade if owner holds a
-// read lock on key. Blocking and errors are those of Acquire. A writer
-// that waits for readers should use rwmutex.RWMutex.Lock, which keeps new
-// readers out meanwhile.
+// owner, where no other owner writes or reads. It refuses a reader of key
+// with ErrUpgrade. Blocking and errors are those of Acquire.
 func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	return c.acquireOwned(ctx, writeMode, key, owner, ttl, 0)
 }
 
 // AcquireRead takes the read side of the read-write lock named key for
-// owner. It is granted unless another owner holds it for writing or a
-// writer waits. An owner that already reads may re-enter. Readers share
-// the lock, and each one's hold expires on its own. An owner holding the
-// write lock may also take the read lock, then release the write lock: a
-// downgrade. Read locks carry no fencing token. Blocking and errors are
-// those of Acquire.
+// owner, unless another owner writes or a writer waits. Readers share it;
+// a writer may also read (a downgrade). Read locks carry no fencing token.
+// Blocking and errors are those of Acquire.
 func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	return c.acquireOwned(ctx, readMode, key, owner, ttl, 0)
 }
@@ -185,7 +166,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 		o.Send.Unsent = &l.unsent
 		if m.fenced && c.fencing {
 			// A token must be larger than every earlier lock's. A late
-			// decision could break that ("Fencing tokens" in README.md).
+			// decision could break that ("Fencing tokens" in docs/guarantees.md).
 			o.Within = l.ttl / 4
 		}
 	}
@@ -247,18 +228,10 @@ func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Ti
 }
 
 // Reenter adds one hold for the lock's owner and renews its TTL, over the
-// quorum. It needs the lock to be held. Else it returns ErrNotHeld, or
-// ErrClosed once its Client is closed, and sends nothing. It fails like an
-// acquire, wrapping ErrNotObtained, and then the holds are unchanged. The
-// lock is then lost where a quorum cannot hold it any more, as with
-// Extend. It blocks for one quorum round, after any Extend, Release or
-// renewal of the same Lock under way.
-//
-// Every master stores the owner's hold count. Each Reenter and Release
-// sends it as an absolute value. A master that missed one call is
-// corrected by the next. The last Release deletes the lock on every master
-// whatever count it had. So a lock is never left held after its owner's
-// last release, nor dropped while the owner still holds it.
+// quorum. A lock not held gets ErrNotHeld (ErrClosed after Close) and
+// nothing is sent. A failed Reenter wraps ErrNotObtained and leaves the
+// holds unchanged. It blocks for one quorum round, after any other
+// operation of the same Lock under way.
 func (l *Lock) Reenter(ctx context.Context) error {
 	if err := l.check(); err != nil {
 		return err

@@ -10,72 +10,35 @@ import (
 	"github.com/go-redlock/redlock/internal/clip"
 )
 
+// Errors of the package. Those marked "a master's" are MasterResult.Err
+// values in a QuorumError (docs/errors.md).
 var (
-	// ErrNotObtained means an acquire did not get the lock. It is held
-	// elsewhere, too few masters answered, or the validity ran out before
-	// a quorum agreed.
+	// ErrNotObtained means an acquire did not get the lock.
 	ErrNotObtained = errors.New("redlock: lock not obtained")
-
-	// ErrNotHeld means an extend or release found that the lock is no
-	// longer held with this value by a quorum of masters. Its validity ran
-	// out, it was released, or so many masters answered that they do not
-	// hold it that the others cannot make a quorum. Another owner may hold
-	// it now.
+	// ErrNotHeld means the lock is surely not held by a quorum any more.
 	ErrNotHeld = errors.New("redlock: lock not held")
-
-	// ErrNoQuorum means an extend or release could not tell whether a
-	// quorum holds the lock. Too few masters gave a usable answer: they
-	// timed out, failed, or the caller's context ended first. And too few
-	// refused to prove it lost. The lock may still be held until its
-	// validity runs out. A release still reaches slow masters later.
+	// ErrNoQuorum means too few masters answered to tell whether a quorum
+	// holds the lock; it may still be held until its validity runs out.
 	ErrNoQuorum = errors.New("redlock: too few masters answered to decide")
-
-	// ErrInvalidArgument marks an option, key, TTL or context that cannot
-	// work. The wrapping message names the value and why. Every method
-	// refuses a nil context with it before it changes anything.
+	// ErrInvalidArgument marks a value that cannot work; the message names it.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
-
-	// ErrUpgrade means an owner holding a read lock asked for the write
-	// lock of the same name. Granting it would wait for its own read lock
-	// forever. Release the read lock first.
+	// ErrUpgrade means a reader asked for the write lock of its name.
 	ErrUpgrade = errors.New("redlock: read-to-write upgrade refused: it would deadlock")
-
 	// ErrReleased is Lock.Err after the lock was released.
 	ErrReleased = errors.New("redlock: lock released")
-
 	// ErrClosed is returned by operations started after Client.Close.
 	ErrClosed = errors.New("redlock: client closed")
-
-	// ErrHeldElsewhere is a master's error in a QuorumError when it
-	// refused an acquire. Another owner holds the lock there. For a read
-	// lock, it may also mean that a writer waits.
+	// ErrHeldElsewhere (a master's): it refused an acquire, held elsewhere.
 	ErrHeldElsewhere = errors.New("redlock: held by another owner")
-
-	// ErrNoReply is a master's error in a QuorumError when the round was
-	// decided before that master answered.
+	// ErrNoReply (a master's): the round was decided before its answer.
 	ErrNoReply = errors.New("redlock: no reply before the quorum was decided")
-
-	// ErrMasterTimeout is a master's error in a QuorumError when it did not
-	// answer within Options.MasterTimeout. go-redis by default retries a
-	// dial five times, 100ms apart. So a master that refuses connections
-	// ends here too. DialerRetries: 1 reports the refusal itself.
-	// Client.Verify wraps it for a master that did not answer within
-	// 4*MasterTimeout.
+	// ErrMasterTimeout (a master's): no answer within MasterTimeout.
 	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
-
-	// ErrMasterSilent is a master's error in a QuorumError when the round
-	// did not wait for it. The master had stopped answering: three stalls
-	// in a row, calls without an answer within MasterTimeout. Rounds then
-	// decide without it, and acquires are not sent to it but for a canary
-	// per MasterTimeout, until it answers a call in time. It never counts
-	// as agreeing. It matches ErrNoReply.
+	// ErrMasterSilent (a master's): the round did not wait for it, as it
+	// had stopped answering. It matches ErrNoReply.
 	ErrMasterSilent error = silentError{}
-
-	// ErrWithdrawn is a master's error in a QuorumError when the round
-	// took its call back before it was sent. The master was behind, busy
-	// with earlier calls, when the round was decided without it. It is
-	// no fault of the master's answers, and nothing reached it. It
-	// matches ErrNoReply.
+	// ErrWithdrawn (a master's): the round took back a call not yet sent,
+	// as the master was behind; no master error. It matches ErrNoReply.
 	ErrWithdrawn error = withdrawnError{}
 )
 
@@ -103,37 +66,25 @@ func (silentError) Is(target error) bool { return target == ErrNoReply }
 type MasterResult struct {
 	Master string // the master's address, or "master<i>" when unknown
 	Agreed bool   // the master applied the operation, and it counts
-	// Err says why the master did not agree. It is ErrHeldElsewhere when
-	// it refused an acquire. It is ErrNotHeld when it refused a re-entry,
-	// extend or release: the lock is not ours there. Else it is
-	// ErrUpgrade, ErrMasterTimeout, ErrNoReply, ErrMasterSilent,
-	// ErrWithdrawn, the caller's context error, or the master's own error. A master whose
-	// agreement does not count has ErrReplica or a *SameServerError here.
-	// Or it has ErrNotReplicated (its replicas did not all acknowledge the
-	// write in time), or ErrQuarantined (it reaches a new server lately).
-	// A master that agreed to a
-	// failed acquire after the decision has an error wrapping ErrNoReply.
-	// Its agreement is undone.
+	// Err says why the master did not agree, or why its agreement does
+	// not count: one of the package's errors (docs/errors.md), the
+	// caller's context error, or the master's own.
 	Err error
 	// Latency is how long the master took to answer, from the round's
-	// start. It is 0 if the master had not answered when the round was
-	// decided. It is set only for an Observer (Options.Observer).
+	// start; 0 if it had not. Set only for an Observer.
 	Latency time.Duration
 }
 
 // QuorumError is returned when a round did not reach its quorum, or
-// reached it too late. errors.Is matches it against ErrNotObtained for an
-// acquire. For an extend or release it matches ErrNotHeld where the lock
-// is surely not held by a quorum. So many masters refused that the others
-// cannot make one, or the validity ran out. Else it matches ErrNoQuorum:
-// too few answered, and the lock may still be held. It also matches the
-// caller's context error when the context ended during the round.
+// reached it too late. It matches ErrNotObtained for an acquire; for an
+// extend or release, ErrNotHeld or ErrNoQuorum. It also matches the
+// caller's context error when that ended during the round.
 type QuorumError struct {
-	Op      string         // "acquire", "extend", "renew" (AutoRenew), "release", "resume", or "fence" (the second round of an acquire or resume)
+	Op      string         // "acquire", "fence", "extend", "renew", "release" or "resume"
 	Key     string         // the lock key, without prefix
 	Quorum  int            // how many masters had to agree
-	Agreed  int            // how many agreed by the decision (a later agreement to an acquire is undone, and not counted)
-	Expired bool           // a quorum agreed, but no validity was left (a fencing acquire: decided after a quarter of the TTL)
+	Agreed  int            // how many agreed by the decision
+	Expired bool           // a quorum agreed, but no validity was left
 	Elapsed time.Duration  // from the first request to the decision
 	Masters []MasterResult // one per master, in the order given to New
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/exampletest"
+	"github.com/go-redlock/redlock/slogobserver"
 )
 
 // addrs are the independent Redis masters the examples lock on. When go
@@ -213,4 +215,55 @@ func ExampleClient_Resume() {
 	// Output:
 	// same token: true
 	// validity within the TTL left: true
+}
+
+// outcomes prints the outcome of each acquire and release round.
+type outcomes struct{}
+
+func (outcomes) ObserveRound(_ context.Context, r redlock.Round) {
+	if r.Op == "acquire" || r.Op == "release" {
+		fmt.Println(r.Op, redlock.Outcome(r.Err))
+	}
+}
+
+func (outcomes) ObserveEvent(context.Context, redlock.Event) {}
+
+// Observers hands every round and event to several observers: here a
+// log of warnings (a lost lock, masters down) and a metric of outcomes.
+// A refused acquire is contention, not a failure.
+func ExampleObservers() {
+	var masters []*redis.Client
+	for _, addr := range addrs {
+		masters = append(masters, redis.NewClient(&redis.Options{
+			Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
+		}))
+	}
+	defer func() {
+		for _, m := range masters {
+			m.Close()
+		}
+	}()
+	warnings := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	obs := redlock.Observers(slogobserver.New(warnings), outcomes{}) // and otelredlock.New's
+	client, err := redlock.New(masters, &redlock.Options{Observer: obs, MasterTimeout: 200 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	lock, err := client.Acquire(ctx, "observed", 10*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := client.Acquire(ctx, "observed", 10*time.Second); !errors.Is(err, redlock.ErrNotObtained) {
+		log.Fatal(err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// acquire ok
+	// acquire contended
+	// release ok
 }

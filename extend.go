@@ -11,29 +11,13 @@ import (
 )
 
 // Extend sets the lock's TTL to ttl from now on every master that still
-// holds it for this owner, unless the key's TTL there is longer. It never
-// shortens the lock on a master. Its calls may land after the round
-// failed, or even after a later Extend, and must not cut the lock short.
-// A master where the key has gone is not extended. Once a quorum agreed,
-// the lock is set again there, unless Options.NoRepair (see "Quorum
-// repair" in README.md). Extend succeeds only if a quorum agreed with
-// validity left. It then sets Until to ttl from the round's start, less
-// the drift allowance. That is earlier than before if ttl is shorter.
-//
-// If the lock's validity has already run out, Extend writes nothing and
-// returns ErrNotHeld. Once Client.Close has begun, it returns ErrClosed.
-// Otherwise it fails with a *QuorumError, and Until is unchanged. The
-// error wraps ErrNotHeld where so many masters answered that they do not
-// hold it that the others cannot make a quorum. The lock is then lost at
-// once, and Done closes with that error. It also wraps ErrNotHeld where a
-// quorum agreed too late, with no validity left from the round's start
-// (Expired). The lock is then not extended, but not lost either, and
-// stays held until Until. Else too few masters answered in time. The
-// error then wraps ErrNoQuorum, and the lock is still held until Until.
-//
-// Extend blocks until the quorum is decided, at most MasterTimeout after
-// any Reenter, Release or renewal of the same Lock under way. A renewal
-// takes up to 4*MasterTimeout (see AutoRenew).
+// holds it, never shortening it there, and repairs masters that lost it
+// (docs/how-it-works.md). It succeeds only if a quorum agreed with
+// validity left; Until is then ttl from the round's start, less drift.
+// A failed Extend leaves Until unchanged and returns a *QuorumError:
+// ErrNotHeld where the lock is surely lost (Done closes) or agreed too
+// late, ErrNoQuorum where too few masters answered. It blocks for one
+// round, after any other operation of the same Lock under way.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	err := l.extend(ctx, ttl, "extend")
 	if l.check() == nil {
@@ -137,27 +121,13 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 	return l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
 }
 
-// AutoRenew keeps the lock held until its last Release. It extends the
-// lock by its current TTL (the last Extend's, if any) over the quorum once
-// about a third of it has passed, a little earlier at random, so that
-// locks taken together spread out. The Client renews all its locks from
-// one goroutine, not one per lock. Locks due together go in batches: one
-// call per master for many locks, each lock decided by its own quorum.
-// Renewals are never shed behind other calls. On a master whose server
-// has replicas, or may gain some (Sentinel), each call is followed by
-// WAIT and ROLE, as Extend's is: a renewal counts there only once every
-// replica has it, so a failover does not lose it. A batch may wait a third of
-// the validity its most pressed lock has left, up to 4*MasterTimeout, so
-// that many locks on a busy master do not fail for want of MasterTimeout.
-// A failed renewal is retried sooner, also at random. A failure on a
-// minority of masters does not matter: the quorum still extends. If
-// renewal cannot reach a quorum before the validity would run out, the
-// lock is lost. Done then closes, with the last renewal error in Err. The
-// loss comes at once where the masters that answered that they do not
-// hold it leave too few for a quorum. The last Release, and Client.Close,
-// stop renewal before they return; no renewal runs after. Calling
-// AutoRenew again, on a closed Client, or while the last Release is under
-// way, is a no-op. A Reenter that comes first keeps renewal running.
+// AutoRenew keeps the lock held until its last Release: it extends the
+// lock by its TTL about every third of it, in the background (one
+// goroutine renews all of a Client's locks, in batches). If renewal
+// cannot reach a quorum before the validity runs out, the lock is lost:
+// Done closes, and Err says why. It does not block. Calling it again, or
+// after the last Release or Close, does nothing. docs/api.md tells the
+// batches, the waits for replicas and the retries.
 func (l *Lock) AutoRenew() {
 	if l.check() != nil {
 		return

@@ -19,37 +19,22 @@ import (
 )
 
 var (
-	// ErrSameServer matches a *SameServerError: two masters are one
-	// redis-server.
+	// ErrSameServer matches a *SameServerError.
 	ErrSameServer = errors.New("redlock: masters are the same server")
-
-	// ErrReplica means a master reports itself as a replica: it does not
-	// count toward a quorum, as its data follows another server's.
+	// ErrReplica means a master is a replica: it does not count.
 	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
-
-	// ErrNotReplicated is a master's error in a QuorumError when it
-	// agreed, but not every replica it has acknowledged the write within
-	// the round (WAIT, then ROLE for the replicas it has). A failover
-	// could lose the write, so the agreement does not count. Where it
-	// applied, it is undone or released as any other. A QuorumError
-	// matches it where such agreements cost the quorum.
+	// ErrNotReplicated is a master's error in a QuorumError when not every
+	// replica took its write in time (WAIT): its agreement does not count.
 	ErrNotReplicated = errors.New("redlock: the write did not reach every replica in time")
-
-	// ErrQuarantined is a master's error in a QuorumError when it agreed
-	// to a new lock, but reaches another server than before (a new
-	// run_id: a restart or a failover). That server may have lost locks
-	// it held. So it counts toward no new lock until the longest TTL this
-	// Client asked for has passed since the change was seen. A
-	// QuorumError matches it where such agreements cost the quorum.
+	// ErrQuarantined is a master's error in a QuorumError when it reaches
+	// a new server (a new run_id), which counts toward no new lock for the
+	// longest TTL.
 	ErrQuarantined = errors.New("redlock: the master reaches a new server, which counts toward no new lock for the longest TTL")
 )
 
-// SameServerError means two masters answered with the same run_id. They
-// are one redis-server: two databases of it, or two addresses of it. In a
-// round where both agreed, only the one heard from first counts toward the
-// quorum. This is the other one's error. Where only one of them agreed,
-// that one counts. Verify reports it for the later of the two. Its text
-// names the other master. It matches ErrSameServer.
+// SameServerError means two masters answered with the same run_id: they
+// are one redis-server, and only one of them counts in a round. It
+// matches ErrSameServer.
 type SameServerError struct {
 	First, Second         int    // positions in the masters given to New; First < Second
 	FirstName, SecondName string // their names, as in MasterResult.Master
@@ -429,37 +414,13 @@ func (e *masterProblem) Error() string {
 
 func (e *masterProblem) Unwrap() error { return e.err }
 
-// Verify asks every master who it is (INFO: run_id and role), whatever was
-// cached. It reports each master that does not count toward a quorum, or
-// may not:
-//   - a replica (wrapping ErrReplica);
-//   - the same server as a master before it (a *SameServerError, matching
-//     ErrSameServer);
-//   - one that cannot be identified, which lock rounds count unchecked:
-//     its client is neither a *redis.Client nor a *redis.ClusterClient (a
-//     Ring client reaches several servers), it refused INFO (an ACL or a
-//     proxy), or its INFO lacks run_id or role;
-//   - one whose INFO failed or did not answer in time.
-//
-// A *redis.ClusterClient master's slot map is loaded afresh, and each
-// master node in it is checked as above, named in the problem's text.
-//
-// Later rounds use what it learned. The first one identifies no master
-// again, unless its pool opened a connection since. Before it starts, the
-// first round loads the scripts' library, where no LoadScripts did. It
-// identifies a master again if that opened a connection. Neither counts
-// toward MasterTimeout. Verify does not check that the masters are
-// reachable for scripts, nor anything about their data or clocks.
-//
-// Verify asks all masters in parallel. It blocks until every one answered,
-// or until ctx ends. It waits at most 4*MasterTimeout, whatever ctx
-// allows. A master that has not answered by then is reported. Its INFO
-// goes on in the background, bounded the same way if its go-redis client
-// has ContextTimeoutEnabled. Close waits for it. Verify returns nil, an
-// error wrapping ErrInvalidArgument for a zero or nil Client, or ErrClosed
-// after Close. Else it returns one error per master with a problem,
-// joined. Each reads "redlock: master <i> (<name>): <problem>". It is safe
-// for concurrent use.
+// Verify asks every master who it is (INFO: run_id and role), in
+// parallel, and reports each that does not count toward a quorum, or may
+// not: a replica (ErrReplica), the same server as an earlier master
+// (ErrSameServer), one that cannot be identified, or one that did not
+// answer. It blocks until every master answered or ctx ended, at most
+// 4*MasterTimeout. It returns one error per master with a problem,
+// joined. It is safe for concurrent use. docs/api.md tells the details.
 func (c *Client) Verify(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err

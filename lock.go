@@ -172,16 +172,11 @@ func (l *Lock) Value() string {
 	return l.value
 }
 
-// Token returns the fencing token of this acquisition. It is larger than
-// every token handed out before for the same lock name, while the masters
-// keep the name's counter. The counter lives as long as the lock's key:
-// the TTL of its last acquire or extend. A counter is lost when a master
-// restarts without persistence, or when the name goes unused that long.
-// Later tokens are then larger only if the masters' clocks agree and the
-// name's TTLs are within a factor of two (README, assumption 4). Hand the
-// token to the resource the lock protects. It must reject a token lower
-// than one it has already seen. Re-entering keeps the token. It is 0 for
-// read locks and with Options.NoFencing.
+// Token returns the fencing token of this acquisition: larger than every
+// earlier token of the lock's name (docs/guarantees.md, assumption 4, for
+// when a master lost the name's counter). The resource the lock protects
+// must reject a token lower than one it has seen. Re-entering keeps it.
+// It is 0 for read locks and with Options.NoFencing.
 func (l *Lock) Token() uint64 {
 	if l == nil {
 		return 0

@@ -7,38 +7,13 @@ import (
 	"time"
 )
 
-// Observer receives every quorum round a Client runs and the lifecycle
-// events of its locks (Options.Observer). Its methods are called
-// synchronously, on the goroutine that decided the round or saw the
-// event. That is the caller's, or the library's own (auto-renewal, the
-// expiry timer). They may be called concurrently. They must be fast and
-// must not call back into the Client nor its Locks. ctx is the caller's
-// context of the operation, for tracing; it may have ended.
-//
-// They must not panic. ObserveRound, EventAcquired, EventWaited and
-// EventNoQuorum are reported on the goroutine of the call they describe.
-// A panic there
-// reaches the caller; an Acquire that panics releases the lock it got.
-// The other events are queued when the Lock's state changes. They may be
-// reported on another goroutine, the library's own included. A panic in
-// one of them is recovered and dropped, so that the state stays
-// consistent and the process lives. So is a panic in a round of the
-// renewal.
-//
-// They should not block. A Lock's events are reported outside its
-// mutexes, so a blocked Observer does not hold up Done, Err, Context or
-// Held. It holds up the goroutine it blocks. That is an operation of the
-// Lock on the caller's goroutine, or the Lock's renewal, which Release
-// and Client.Close wait for. A renewal's batch holds other locks'
-// renewals too. It also holds up the Lock's later events.
-// The goroutine it blocks reports them after it, in order.
-//
-// One Lock's events come in order. Those of different Locks, even of one
-// key in one process, need not. A last release hands the lock on to the
-// process's next waiter before its round is decided. So the next holder's
-// EventAcquired may come before the previous holder's EventReleased. Order
-// one key's holders by Token, not by arrival. Without an Observer (the
-// default) nothing is measured.
+// Observer receives every quorum round a Client runs and the events of
+// its locks (Options.Observer). Its methods are called synchronously, on
+// the caller's goroutine or the library's, possibly concurrently. They
+// must be fast, must not block nor panic, and must not call back into
+// the Client or its Locks. ctx is the operation's context, for tracing;
+// it may have ended. One Lock's events come in order; order one key's
+// holders by Token. docs/observability.md tells the rest.
 type Observer interface {
 	ObserveRound(ctx context.Context, r Round)
 	ObserveEvent(ctx context.Context, e Event)
@@ -47,25 +22,14 @@ type Observer interface {
 // Round is one decided quorum round: an acquire, fence, extend, renew,
 // release or resume sent to every master.
 type Round struct {
-	Op    string // "acquire", "fence", "extend", "renew", "release", "resume"
-	Key   string // the lock's name, without KeyPrefix
-	Start time.Time
-	// Elapsed is the time from Start to the decision.
-	Elapsed time.Duration
-	// Validity is what a successful acquire, extend or renew left of the
-	// TTL; 0 otherwise.
-	Validity time.Duration
-	// Masters are the masters as the decider saw them. A master that had
-	// not answered yet has ErrNoReply (or ErrMasterTimeout after the
-	// deadline) and Latency 0.
-	Masters []MasterResult
-	// Token is the largest fencing token the agreeing masters of a
-	// successful acquire handed out; 0 otherwise. It is the Lock's token
-	// unless a raise round ("fence") follows. EventAcquired has the final
-	// one.
-	Token uint64
-	// Err is the round's *QuorumError, nil if the quorum agreed.
-	Err error
+	Op       string         // "acquire", "fence", "extend", "renew", "release", "resume"
+	Key      string         // the lock's name, without KeyPrefix
+	Start    time.Time      // when the round started
+	Elapsed  time.Duration  // from Start to the decision
+	Validity time.Duration  // left of the TTL by a successful acquire, extend or renew; else 0
+	Masters  []MasterResult // the masters as the decider saw them
+	Token    uint64         // the largest token a successful acquire's masters gave; else 0
+	Err      error          // the round's *QuorumError, nil if the quorum agreed
 }
 
 // EventKind is what happened to a lock.
@@ -73,31 +37,13 @@ type EventKind int
 
 // The events of a lock's life.
 const (
-	// EventAcquired: an acquire (or a write or read acquire, or a
-	// Client.Resume) succeeded; Token and Until are set.
-	EventAcquired EventKind = iota + 1
-	// EventWaited: a blocking Lock of package mutex or rwmutex waited. It
-	// found the lock held, or its process's turn for the lock taken. Wait
-	// is how long. Err is why it stopped without the lock (nil if it got
-	// it).
-	EventWaited
-	// EventRenewed: auto-renewal extended the lock; Until is the new
-	// deadline.
-	EventRenewed
-	// EventRenewalFailed: an auto-renewal round failed and will be retried
-	// while validity is left; Err is the round's error.
-	EventRenewalFailed
-	// EventLost: the lock was lost before its release (renewal gave up,
-	// validity ran out, or the client closed); Err says why.
-	EventLost
-	// EventReleased: the last Release ran; Err is its error, if any.
-	EventReleased
-	// EventNoQuorum: a blocking Lock of package mutex or rwmutex could
-	// not reach a quorum. Too few masters answered its attempt: they are
-	// down, slow or failing. Err is the attempt's error. It is reported
-	// once per episode: again only after an attempt that heard a quorum
-	// answer, granted or refused.
-	EventNoQuorum
+	EventAcquired      EventKind = iota + 1 // an acquire or Resume succeeded; Token and Until are set
+	EventWaited                             // a blocking Lock (mutex, rwmutex) waited Wait; Err: why it stopped without the lock
+	EventRenewed                            // auto-renewal extended the lock; Until is the new deadline
+	EventRenewalFailed                      // a renewal round failed, retried while validity is left; Err is its error
+	EventLost                               // the lock was lost before its release; Err says why
+	EventReleased                           // the last Release ran; Err is its error, if any
+	EventNoQuorum                           // too few masters answered a blocking Lock's attempt; once per episode
 )
 
 var eventNames = [...]string{"", "acquired", "waited", "renewed", "renewal_failed", "lost", "released", "no_quorum"}
@@ -236,21 +182,9 @@ const (
 )
 
 // Outcome names how an operation ended, from the error it returned, for
-// metrics and logs. A Round's outcome is Outcome(r.Err); an EventWaited's
-// is Outcome(e.Err). The names:
-//
-//	ok         the quorum agreed (err is nil)
-//	contended  so many masters refused that no quorum was left: another owner holds the lock
-//	canceled   the caller's context ended first
-//	closed     the Client was closed
-//	not_held   the lock was lost, or is not held by this Lock or owner (ErrNotHeld)
-//	no_quorum  too few masters answered to decide: down, slow or failing
-//	expired    a quorum agreed, but too late: no validity was left
-//	error      anything else, such as an invalid argument or an upgrade
-//
-// The last four are failures. Contention and the caller's own
-// cancellation are how locks work: a healthy service under contention
-// shows only ok and contended.
+// metrics and logs: ok, contended (held elsewhere), canceled, closed, and
+// the failures not_held, no_quorum, expired and error (docs/errors.md).
+// A healthy service under contention shows only ok and contended.
 func Outcome(err error) string {
 	var qe *QuorumError
 	switch {
@@ -305,11 +239,8 @@ func (e *QuorumError) outcome() string {
 }
 
 // Observers returns one Observer that hands each round and event to
-// every one of obs, in order: an slogobserver and an otelredlock
-// Observer together, say. Nil ones are skipped, nil pointers too (what a
-// constructor returns with its error). With none left it returns nil,
-// and nothing is measured. A panic of one skips the others for that call
-// (see Observer).
+// every one of obs, in order (an slogobserver and an otelredlock one,
+// say). Nil ones are skipped; with none left it returns nil.
 func Observers(obs ...Observer) Observer {
 	var list observers
 	for _, o := range obs {

@@ -1,20 +1,3 @@
-// Package redlock implements the Redlock algorithm: a lock held by a quorum of
-// independent Redis masters, so that it stays safe when a master fails or
-// fails over.
-//
-// Every operation sends one Lua script to all masters at once and is
-// decided as soon as a quorum has agreed or can no longer agree, within
-// Options.MasterTimeout. A lock is obtained only if a quorum agreed and
-// validity is left:
-//
-//	validity = TTL - elapsed - (TTL*DriftFactor + 2ms)
-//
-// The guarantee rests on three assumptions. The masters' clocks run at
-// about the same rate as the client's (within DriftFactor). The holder
-// does not pause for longer than its validity. A master that lost its data
-// (restart without persistence) stays out of service for longer than the
-// longest TTL, unless the client saw it change. A master with replicas
-// counts only writes that reached them (WAIT), so a failover keeps them.
 package redlock
 
 import (
@@ -60,26 +43,11 @@ type Options struct {
 	// Default: len(masters)/2 + 1.
 	Quorum int
 
-	// MasterTimeout bounds the wait for every master, so that a dead or
-	// paused master cannot hold an operation back. A master that has not
-	// answered by then counts as failed. Its call may go on in the
-	// background for up to 4*MasterTimeout: a release must still reach it,
-	// and a call cut off mid-reply costs its connection. Cleanup (the undo
-	// of a failed acquire, the last release) is then retried in the
-	// background. Each try is bounded by 4*MasterTimeout. Retries go on
-	// until the master answers or the key would have expired (see
-	// Client.Close).
-	// Keep it small compared with the TTLs you use: the Redlock paper
-	// suggests 5-50ms for a 10s TTL. A TTL must be longer than it. It must
-	// be at least 1ms. For the in-flight call itself to stop at the
-	// timeout, build the go-redis clients with ContextTimeoutEnabled: true.
-	// redlock decides at the timeout either way.
-	// It counts from when a round starts. An acquire sets the masters up
-	// before its round: their first connections, the load of the scripts'
-	// library, the identification of each server. So a fresh client's
-	// first acquire is decided like any later one. That wait is bounded by
-	// 4*MasterTimeout.
-	// Default: 50ms (DefaultMasterTimeout).
+	// MasterTimeout bounds the wait for each master, so that a dead or
+	// paused master cannot hold an operation back; a call may go on in
+	// the background for up to 4*MasterTimeout. Keep it small compared
+	// with the TTLs (the Redlock paper suggests 5-50ms for 10s); at least
+	// 1ms. Default: 50ms (DefaultMasterTimeout).
 	MasterTimeout time.Duration
 
 	// DriftFactor is the share of the TTL set aside for clock drift between
@@ -88,13 +56,8 @@ type Options struct {
 	// (the 2ms only). Default: 0.01 (DefaultDriftFactor).
 	DriftFactor float64
 
-	// KeyPrefix is prepended to every lock name. Any string works, braces
-	// included. The keys of the lock named n (KeyPrefix+key) are "{n}",
-	// "{n}:r", ":rn", ":ww" and ":rh" for read-write locks, and release
-	// markers "{n}:gone:<nonce>". They share the Redis Cluster hash tag n.
-	// A name that starts with '}' would make that tag empty. So its keys
-	// are "}{t}n}" and so on, where t is n with each '}' replaced by ')'.
-	// Default: "" (keys are used as given).
+	// KeyPrefix is prepended to every lock name; any string works
+	// (docs/keys.md). Default: "".
 	KeyPrefix string
 
 	// NoFencing turns fencing tokens off. Lock.Token then returns 0, and a
@@ -111,13 +74,9 @@ type Options struct {
 	// it, a master refuses the acquire.
 	NoFencing bool
 
-	// NoRepair turns quorum repair off. With repair (the default) each
-	// Extend and each renewal that succeeds sets the lock again on the
-	// masters that answered without it, such as a master that restarted
-	// empty. It does so only where no other lock is. So a lock held for
-	// long does not erode as masters restart one after another. Repaired
-	// masters never count toward the extend that repaired them. An expired
-	// lock is never set again. Read locks are not repaired.
+	// NoRepair turns quorum repair off: by default each successful Extend
+	// and renewal sets the lock again on masters that lost it, such as one
+	// that restarted empty (docs/guarantees.md).
 	NoRepair bool
 
 	// Observer, if not nil, receives every quorum round and every lock
@@ -125,36 +84,21 @@ type Options struct {
 	// then nothing is measured.
 	Observer Observer
 
-	// NewValue returns the value that identifies one acquisition. It must
-	// be unique across all clients and unguessable. It must be neither
-	// empty nor hold '}', as a value names a key on the masters (see
-	// scripts.lua). An acquire with such a value fails with
-	// ErrInvalidArgument. A value used again may be refused for up to a
-	// TTL.
-	// Default: 128 random bits from crypto/rand, as base32 text.
+	// NewValue returns the value that identifies one acquisition: unique,
+	// unguessable, not empty, without '}'. Default: 128 random bits from
+	// crypto/rand.
 	NewValue func() (string, error)
 
-	// Holder describes this client's locks to people, such as
-	// fmt.Sprintf("%s pid %d", hostname, os.Getpid()). Each Lock stores
-	// it with its random nonce on the masters, and `redlock inspect`
-	// shows it. It goes away with the lock. It must hold no '}' and no
-	// control character, and at most 200 bytes. Default: "", and nothing
-	// is stored.
+	// Holder describes this client's locks to people (host and pid, say):
+	// stored with each lock, shown by `redlock inspect`. At most 200
+	// bytes, no '}' nor control character. Default: "", nothing stored.
 	Holder string
 }
 
-// Client acquires locks on a set of independent Redis masters.
-// It is safe for concurrent use. Make one with New. The methods of a zero
-// or nil Client return an error wrapping ErrInvalidArgument (or zero
-// results) and do nothing. Between operations a Client keeps, per master,
-// the goroutines that send its calls, waiting for the next ones. That is
-// one goroutine, or two for a client of one master. A client that cannot
-// pipeline keeps up to 16 that ran calls. Once a lock is auto-renewed,
-// one more goroutine plans every renewal, however many locks are held.
-// Close ends them. Besides them, only renewals under way run, and work
-// that ends by itself: cleanup retries once their keys would have
-// expired, a release subscription 2s after its last waiter. A silent
-// master is tried again by later calls, not by a goroutine of its own.
+// Client acquires locks on a set of independent Redis masters. Make one
+// with New; Close ends its background work. It is safe for concurrent
+// use. The methods of a zero or nil Client return an error wrapping
+// ErrInvalidArgument and do nothing.
 type Client struct {
 	config              // set by New, then never changed
 	nodes     []node    // set by New, then never changed
@@ -186,53 +130,12 @@ type config struct {
 
 // New returns a Client for the given masters, which must be independent
 // (no replication between them). Any go-redis client works: *redis.Client
-// (standalone or Sentinel-managed), *redis.ClusterClient, *redis.Ring, or a
-// redis.UniversalClient. opts may be nil for the defaults. Give each
-// client MaxRetries -1. A call go-redis replays after a timeout may land
-// after the undo that followed the reply to its copy. It would leave the
-// lock on that master until its TTL. Calls made while another is in
-// flight to the same master are pipelined together.
-//
-// New does no I/O. It returns an error wrapping ErrInvalidArgument that
-// names the first invalid value. That is an empty or nil master, the same
-// master twice, or an option out of range. The same address and database
-// count as one master, with "localhost", "127.0.0.1" and "::1" as one.
-//
-// Two masters that are one redis-server (two databases of it, or two
-// names of it) must never both count toward a quorum, nor may a replica.
-// So each master that is a *redis.Client is identified by INFO (run_id and
-// role). It is identified on first use, and again after its client's
-// connection pool opened a new connection. PoolStats tell that: New
-// installs nothing on the clients. A replica's answers do not count. Of
-// two masters that are one server and agree in a round, only one counts.
-// The other gets a *SameServerError in the QuorumError. An acquire
-// identifies the masters that need it before its round starts. A round
-// identifies only those whose pool opened a connection for its call
-// itself. Verify checks every master up front.
-//
-// The same INFO tells how many replicas a master has. Where it has any,
-// or is reached through Sentinel, a round's write is followed by WAIT and
-// ROLE on its connection. The master's agreement counts only once every
-// replica ROLE lists took it (else its error is ErrNotReplicated). A
-// master seen reaching a new run_id counts toward no new lock for the
-// longest TTL the Client asked for (ErrQuarantined).
-//
-// A *redis.ClusterClient master sends a lock's calls to the node that
-// serves its slot (MasterForKey), through that node's *redis.Client. The
-// node is the server: identified, waited for and quarantined as above. A
-// node that takes over a slot this Client used is quarantined too. A
-// MOVED, ASK, CLUSTERDOWN or TRYAGAIN reply counts as an error, and
-// reloads the slot map (ReloadState). Cleanups go through the
-// ClusterClient itself.
-//
-// To instrument the calls, add a go-redis hook (AddHook): it sees every
-// one. Overriding methods in a type that embeds a go-redis client does not
-// work. redlock calls its Process and Pipeline where it has them, so an
-// overridden Eval or EvalSha sees only some calls. Besides scripts,
-// redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
-// and Subscribe for wake-on-release. A cluster's hooks see only the
-// cleanups: the rounds go through its node clients. A script followed by WAIT goes out
-// through Pipeline, also when sent alone.
+// (standalone or Sentinel-managed), *redis.ClusterClient, *redis.Ring, or
+// a redis.UniversalClient. Give each MaxRetries -1, so that go-redis never
+// replays a lock call. opts may be nil for the defaults. New does no I/O;
+// it returns an error wrapping ErrInvalidArgument that names the first
+// invalid value, such as the same master twice. docs/masters.md tells how
+// masters are identified, waited for (WAIT) and routed (Cluster).
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -396,13 +299,9 @@ func (c *Client) Masters() []string {
 }
 
 // LoadScripts loads every script on every master, so that the first
-// operations need no fallback. It loads them as a library of Redis
-// Functions where the master takes one, and as scripts in any case. It is
-// optional: a master that lacks a script or the library (it restarted,
-// say) gets it on first use. It blocks until every master answered, ctx
-// ended, or Close gave up on what is in flight. Each load is bounded by
-// 4*MasterTimeout. It returns the masters' errors joined (ErrClosed after
-// Close).
+// operations need no fallback; it is optional. It blocks until every
+// master answered (each within 4*MasterTimeout), ctx ended, or Close gave
+// up. It returns the masters' errors joined.
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
@@ -446,27 +345,12 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close ends every live lock of the client. It stops auto-renewal; a
-// renewal in flight ends within MasterTimeout. It closes Done with Err
-// ErrClosed, and from then on Held reports false. The locks stay on the
-// masters until they expire. Close then ends the client's release
-// subscriptions. It waits for the calls to masters that earlier
-// operations left in the background.
-//
-// Pending cleanup is retried or sent at once: undoing failed acquires,
-// deleting released locks on masters that had not answered, undos queued
-// for a slow master. After 4*MasterTimeout, Close drops what is still
-// pending and waits for what is in flight. A try in flight then ends
-// within its own bound: 4*MasterTimeout, or the go-redis client's timeouts
-// if it ignores contexts. So Close blocks for about 8*MasterTimeout at
-// most. The exception is a release subscription reconnecting to a master
-// that does not answer. go-redis then holds it for up to its client's
-// DialTimeout and ReadTimeout. rueidisadapter holds it for up to 100ms,
-// its bound for an UNSUBSCRIBE. While its rueidis client dials that
-// master, it holds it up to the client's Dialer.Timeout. Keys Close gave
-// up on expire with their TTL. Nothing is left running afterwards.
-// Later operations return ErrClosed. Calling Close again waits the same
-// way. Close does not close the go-redis clients.
+// Close ends every live lock of the client: renewal stops, Done closes
+// with ErrClosed, and the locks stay on the masters until they expire.
+// It retries pending cleanups at once and blocks until they and the
+// calls in flight end: about 8*MasterTimeout at most (docs/api.md tells
+// the exceptions). Nothing is left running afterwards; later operations
+// return ErrClosed. It does not close the go-redis clients.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err

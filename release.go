@@ -10,30 +10,14 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-// Release gives up one hold. The last one deletes the lock on every master
-// where this Lock still holds it, and wakes waiters. It runs even if ctx
-// has ended, as a release must not be lost: only ctx's values are used.
-// It returns nil if a quorum held the lock: it was still ours. It returns
-// a *QuorumError wrapping ErrNotHeld where so many masters answered that
-// they did not hold it that no quorum can have. The lock had then expired
-// or was lost, and the critical section may have overlapped another
-// holder's. Where too few masters answered in time to tell, the error
-// wraps ErrNoQuorum instead. The lock may then have been held all along.
-// If it was lost or ran out before, the error wraps both. Either way the
-// hold is gone afterwards.
-//
-// Once Client.Close has begun, Release sends nothing and returns
-// ErrClosed. A Release that leaves holds and finds the lock lost on a
-// quorum closes Done, as Extend does. Calling Release after the last hold
-// is gone sends nothing and returns ErrNotHeld. The last Release stops
-// auto-renewal before it sends anything, and closes Done with
-// ErrReleased.
-//
-// Release blocks until the quorum is decided, at most MasterTimeout, after
-// the renewal of the Lock under way, if any (up to 4*MasterTimeout). The
-// delete still reaches slower masters in the background. It is retried
-// where a master gave no answer, until the master answers or the lock
-// would have expired there anyway (see Client.Close).
+// Release gives up one hold; the last one deletes the lock on every
+// master that holds it and wakes waiters. It uses ctx only for its values:
+// a release must not be lost to a cancelled context. It returns nil if a
+// quorum still held the lock, else a *QuorumError wrapping ErrNotHeld (the
+// lock was lost: the work may have overlapped another holder's) or
+// ErrNoQuorum (too few masters answered to tell). Either way the hold is
+// gone. It blocks for one round, at most MasterTimeout after a renewal
+// under way; slower masters get the delete in the background.
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 
 // release is Release. The last one hands the lock on: it wakes this

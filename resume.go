@@ -16,33 +16,14 @@ var (
 )
 
 // Resume takes over the exclusive or reentrant lock on key that owner
-// holds: after a restart of its process, or from another process. owner
-// is the owner given to AcquireAs, or the Value of a Lock from Acquire.
-// Each master where owner holds the lock hands it to a new Lock. It keeps
-// its token and its TTL: Resume never lengthens the lock. A master where
-// owner does not hold it refuses. The returned Lock has one hold; earlier
-// re-entries are forgotten, and its last Release frees the lock. ttl is
-// the TTL of its later Extends and renewals (AutoRenew).
-//
-// Until is where the quorum's remaining TTLs end, never later. A second
-// round asks each master for the TTL it has left (PTTL). The deadline is
-// that round's start plus the least remaining TTL of the quorum, less its
-// drift allowance. Where the masters' tokens differ, a fence round raises
-// them first, as Acquire's does.
-//
-// An older Lock of owner's for key, if one still exists, loses the lock
-// wherever Resume reached a master. Its Extend, renewal and Release then
-// find nothing there, and fail once that is a quorum. Its Done closes
-// then, or when its validity runs out.
-//
-// Resume returns an error wrapping ErrNotObtained, with a *QuorumError
-// that tells each master's part, where fewer than a quorum hold the lock
-// for owner, or no validity is left. A failed Resume undoes nothing: the
-// masters it reached keep the lock for owner, under a nonce no Lock has,
-// until its TTL. Another Resume takes them over again. It blocks for two
-// quorum rounds, three with the fence, each bounded by MasterTimeout.
-// Cancelling ctx ends it early; the error then also matches ctx.Err().
-// Read and write locks cannot be resumed.
+// holds, after a restart of its process or from another one. owner is the
+// owner given to AcquireAs, or the Value of a Lock from Acquire. The new
+// Lock keeps the token, has one hold, and is valid only as long as the
+// quorum's remaining TTLs, never longer; ttl is that of its later Extends
+// and renewals. An older Lock of owner's loses the lock. Where too few
+// masters hold it for owner, it returns an error wrapping ErrNotObtained
+// and undoes nothing. It blocks for two or three rounds; cancelling ctx
+// ends it early. Read and write locks cannot be resumed.
 func (c *Client) Resume(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(); err != nil {
 		return nil, err

@@ -20,13 +20,11 @@ type subscriber interface {
 // (wake-on-release; see package rueidisadapter). A master's client that is
 // neither leaves its waiters to retry on their timers.
 type ChannelSubscriber interface {
-	// FollowChannel calls message with the payload of each message
-	// published on channel, until ctx ends. It calls subscribed each time
-	// the server confirms the subscription, again after a reconnect. It
-	// blocks until ctx ends, resubscribing as needed. It calls neither
-	// function after it returns. Both must not block. message may be
-	// called while subscribed runs, and the other way round. It must
-	// return soon after ctx ends: Client.Close waits for it.
+	// FollowChannel calls message with each payload published on channel,
+	// and subscribed each time the server confirms the subscription. It
+	// blocks until ctx ends, resubscribing as needed, and returns soon
+	// after; neither function is called after it returns, and neither
+	// may block.
 	FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string))
 }
 

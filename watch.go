@@ -162,19 +162,10 @@ func (l *Lock) lostCause() error {
 	return l.life.cause
 }
 
-// Done returns a channel that is closed when the lock is no longer held.
-// That happens when:
-//   - its validity ran out without renewal;
-//   - auto-renewal could not reach a quorum in time;
-//   - a round of the Lock (renewal, Extend, Reenter or a Release that
-//     leaves holds) found it lost on so many masters that the others
-//     cannot make a quorum;
-//   - the last Release ran;
-//   - or Client.Close ran.
-//
-// Err then tells why. Work done under the lock can select on it. Once
-// Until has passed, Done, Err and Context say so when they return,
-// watched before or not. Done of a zero or nil Lock is closed.
+// Done returns a channel closed when the lock is no longer held: its
+// validity ran out, renewal or a round of this Lock found it lost, the
+// last Release ran, or Client.Close did. Err then tells why. Done of a
+// zero or nil Lock is closed.
 func (l *Lock) Done() <-chan struct{} { return l.signal().done }
 
 // Err returns nil while Done is open. Afterwards it returns ErrReleased

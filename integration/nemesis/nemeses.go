@@ -335,7 +335,7 @@ func (j *jumpable) set(offset time.Duration) error {
 // together, every Period, and back after Back: a minority whose clock
 // steps ahead (an NTP step, a resumed VM) expires keys early. Within
 // Redlock's assumptions while Count is a minority, and within fencing's
-// (README, assumption 4) while Jump is below a quarter of the TTL. Make it
+// (docs/guarantees.md, assumption 4) while Jump is below a quarter of the TTL. Make it
 // with NewClockJump; nothing is created before the run.
 type ClockJump struct {
 	jumpable
@@ -369,7 +369,7 @@ func (j *ClockJump) Run(ctx context.Context, env *Env) error {
 // in steps of a millisecond: a clock that drifts and that NTP slews back,
 // ahead of real time by at most Period×(Rate-1). A clock that only ran
 // fast would drift apart without bound, beyond fencing's assumption that
-// the masters' clocks differ by well under the TTL (README, assumption 4).
+// the masters' clocks differ by well under the TTL (docs/guarantees.md, assumption 4).
 // Make it with NewDriftingClock; nothing is created before the run.
 type DriftingClock struct {
 	jumpable
