@@ -4,7 +4,7 @@
 
 GO ?= go
 
-.PHONY: all deps demo test image reliability bench bench-quick leases
+.PHONY: all deps demo masters test image reliability bench bench-quick leases
 
 all: test
 
@@ -13,6 +13,9 @@ deps: ## install redis-server, faketime and gcc (apt-get, as root)
 
 demo: ## run the live Redlock demo on five local masters: redis-server if in PATH (make deps), else in-process ones; installs nothing
 	cd cmd/redlock && $(GO) run . demo
+
+masters: ## serve five masters on 127.0.0.1:7001-7005 until Ctrl-C, for the README's first program (in-process without redis-server)
+	cd cmd/redlock && $(GO) run . masters
 
 test: ## gofmt, vet and the whole test suite with -race (the CI command)
 	scripts/test.sh

@@ -96,6 +96,29 @@ func StartMasters(n int) ([]*Master, error) {
 	return ms, nil
 }
 
+// StartMastersAt starts one master listening on each of addrs, named m0,
+// m1, ..., for a program that serves them where its users expect them.
+// Close stops each one. It returns an error if an address is taken,
+// having stopped those already started.
+func StartMastersAt(addrs []string) ([]*Master, error) {
+	ms := make([]*Master, 0, len(addrs))
+	for i, addr := range addrs {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			var m *Master
+			if m, err = startOn(fmt.Sprintf("m%d", i), ln); err == nil {
+				ms = append(ms, m)
+				continue
+			}
+		}
+		for _, m := range ms {
+			m.Close()
+		}
+		return nil, fmt.Errorf("redlocktest: %w", err)
+	}
+	return ms, nil
+}
+
 // Clients returns each master's go-redis client (see Master.Client).
 func Clients(ms []*Master) []*redis.Client {
 	out := make([]*redis.Client, len(ms))
@@ -110,6 +133,12 @@ func start(name string) (*Master, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startOn(name, ln)
+}
+
+// startOn starts a master whose proxy accepts on ln. It closes ln if the
+// master cannot start.
+func startOn(name string, ln net.Listener) (*Master, error) {
 	m := &Master{name: name, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
 	if err := m.startServer(); err != nil {
 		_ = ln.Close()

@@ -94,7 +94,7 @@ func TestHelpAndUnknownCommand(t *testing.T) {
 		{"-h"}, {"-help"}, {"--help"}, {"help"},
 		{"demo", "-h"}, {"inspect", "-h"}, {"inspect", "job", "-h"}, {"watch", "-h"},
 		{"release", "-h"}, {"verify", "-h"}, {"run", "-h"}, {"leader", "-h"},
-		{"observe", "name", "--help"},
+		{"observe", "name", "--help"}, {"masters", "-h"},
 	} {
 		var stdout, stderr bytes.Buffer
 		assert.Equal(t, 0, cli(args, &stdout, &stderr), "%q", args)
@@ -103,7 +103,7 @@ func TestHelpAndUnknownCommand(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, 2, cli([]string{"serve", "-masters", "x"}, &stdout, &stderr))
-	assert.Contains(t, stderr.String(), `redlock: unknown command "serve"; the commands are demo, inspect, watch, release, verify, run, leader, observe`)
+	assert.Contains(t, stderr.String(), `redlock: unknown command "serve"; the commands are demo, masters, inspect, watch, release, verify, run, leader, observe`)
 	assert.Empty(t, stdout.String())
 }
 

@@ -36,12 +36,13 @@ import (
 )
 
 // commands are the subcommands, as the unknown-command error lists them.
-const commands = "demo, inspect, watch, release, verify, run, leader, observe"
+const commands = "demo, masters, inspect, watch, release, verify, run, leader, observe"
 
 const usage = `usage: redlock demo [flags]
        redlock inspect|watch|release|verify [flags] [KEY]   (redlock inspect -h)
        redlock run [flags] -- CMD [ARGS...]                  (redlock run -h)
        redlock leader|observe [flags] NAME                   (redlock leader -h)
+       redlock masters [-n 5] [-port 7001]                   (redlock masters -h)
 
 demo runs workers that compete for one Redlock key and verifies mutual exclusion.
 Flags:`
@@ -64,6 +65,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runCLI(ctx, args, os.Stdin, stdout, stderr)
+		case "masters":
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return mastersCLI(ctx, args, stdout, stderr)
 		case "leader", "observe":
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
