@@ -219,11 +219,13 @@ func checkImage(ctx context.Context, docker *testcontainers.DockerClient, image 
 func startContainerMaster(ctx context.Context, docker *testcontainers.DockerClient, logger tclog.Logger, name, image, netMode string, extraArgs []string) (*containerMaster, error) {
 	var err error
 	for range harness.StartAttempts {
-		var port int
-		if port, err = harness.FreePort(); err != nil {
+		var lease *harness.PortLease
+		if lease, err = harness.LeasePort(); err != nil {
 			return nil, err
 		}
+		port := lease.Port()
 		m := &containerMaster{
+			lease:  lease,
 			name:   name,
 			addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 			docker: docker,
@@ -232,6 +234,7 @@ func startContainerMaster(ctx context.Context, docker *testcontainers.DockerClie
 		if err == nil {
 			return m, nil
 		}
+		err = errors.Join(err, lease.Release())
 		if !errors.Is(err, harness.ErrAddrInUse) {
 			return nil, err
 		}
@@ -247,6 +250,7 @@ func startContainerMaster(ctx context.Context, docker *testcontainers.DockerClie
 type containerMaster struct {
 	name, addr string
 	docker     *testcontainers.DockerClient // shared by the cluster
+	lease      *harness.PortLease           // keeps addr's port ours until the container is removed
 
 	mu      sync.Mutex // serialises Kill, Restart, Pause and Resume
 	ctr     testcontainers.Container
@@ -488,13 +492,17 @@ func removeContainers(docker *testcontainers.DockerClient, masters []*containerM
 	errs := make([]error, len(masters))
 	var wg sync.WaitGroup
 	for i, m := range masters {
-		if m == nil || m.id == "" {
+		if m == nil {
 			continue
 		}
 		wg.Go(func() {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			errs[i] = m.remove(ctx)
+			if m.id != "" {
+				errs[i] = m.remove(ctx)
+			}
+			// Once removed, the container no longer publishes the port.
+			errs[i] = errors.Join(errs[i], m.lease.Release())
 		})
 	}
 	wg.Wait()

@@ -29,11 +29,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -41,14 +38,17 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // Master is one in-process master behind a proxy of its own, which the
 // clients dial: the proxy is what Kill, Pause and Slow act on. Its methods
 // are safe for concurrent use, and block until the change is in effect.
 type Master struct {
-	name string
-	addr string // the proxy's, the same across Kill and Restart
+	name  string
+	addr  string             // the proxy's, the same across Kill and Restart
+	lease *harness.PortLease // keeps addr's port ours while killed, until Close
 
 	mu      sync.Mutex
 	ln      net.Listener         // the proxy's; nil while killed
@@ -106,7 +106,7 @@ func StartMastersAt(addrs []string) ([]*Master, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err == nil {
 			var m *Master
-			if m, err = startOn(fmt.Sprintf("m%d", i), ln); err == nil {
+			if m, err = startOn(fmt.Sprintf("m%d", i), ln, nil); err == nil {
 				ms = append(ms, m)
 				continue
 			}
@@ -129,19 +129,23 @@ func Clients(ms []*Master) []*redis.Client {
 }
 
 func start(name string) (*Master, error) {
-	ln, err := listenFixed()
+	ln, lease, err := listenLeased()
 	if err != nil {
 		return nil, err
 	}
-	return startOn(name, ln)
+	return startOn(name, ln, lease)
 }
 
-// startOn starts a master whose proxy accepts on ln. It closes ln if the
-// master cannot start.
-func startOn(name string, ln net.Listener) (*Master, error) {
-	m := &Master{name: name, addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+// startOn starts a master whose proxy accepts on ln, keeping lease (nil
+// for a port given by the caller) until Close. It closes ln and lets the
+// lease go if the master cannot start.
+func startOn(name string, ln net.Listener, lease *harness.PortLease) (*Master, error) {
+	m := &Master{name: name, addr: ln.Addr().String(), lease: lease, conns: map[net.Conn]struct{}{}}
 	if err := m.startServer(); err != nil {
-		_ = ln.Close()
+		err = errors.Join(err, ln.Close())
+		if lease != nil {
+			err = errors.Join(err, lease.Release())
+		}
 		return nil, err
 	}
 	m.client = redis.NewClient(&redis.Options{
@@ -154,41 +158,30 @@ func startOn(name string, ln net.Listener) (*Master, error) {
 	return m, nil
 }
 
-// listenFixed listens on a free port of 127.0.0.1 below the kernel's range
-// of ephemeral ports where it can tell that range (Linux). A killed master
-// closes its listener and Restart opens the port again: an outgoing
-// connection, whose local port comes from that range, could take it
-// meanwhile and keep it.
-func listenFixed() (net.Listener, error) {
-	if low := ephemeralLow(); low > minFixedPort {
-		for range 100 { // a taken port is a clash with another process: try another
-			port := minFixedPort + rand.IntN(low-minFixedPort)
-			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-				return ln, nil
-			}
+// listenLeased listens on a port of 127.0.0.1 leased from the harness:
+// below the kernel's range of ephemeral ports, and reserved across the
+// processes of this machine. A killed master closes its listener, and
+// Restart opens the port again. Meanwhile neither an outgoing connection
+// nor another test binary's master can take it. A port taken by another
+// program between the lease and the listen is a clash: try another.
+func listenLeased() (net.Listener, *harness.PortLease, error) {
+	var err error
+	for range leaseAttempts {
+		var lease *harness.PortLease
+		if lease, err = harness.LeasePort(); err != nil {
+			return nil, nil, err
 		}
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lease.Port()))); err == nil {
+			return ln, lease, nil
+		}
+		err = errors.Join(err, lease.Release())
 	}
-	return net.Listen("tcp", "127.0.0.1:0")
+	return nil, nil, err
 }
 
-// minFixedPort is the lowest port listenFixed picks: above the well-known
-// and most registered services' ports.
-const minFixedPort = 10000
-
-// ephemeralLow returns the lowest ephemeral port of the kernel, 0 where it
-// cannot tell.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	low, _ := strconv.Atoi(f[0])
-	return low
-}
+// leaseAttempts is how many leased ports listenLeased tries.
+const leaseAttempts = 5
 
 // serveOn makes ln the proxy's listener and accepts on it until it closes.
 // m.mu must be held, or m not yet shared.
@@ -456,4 +449,7 @@ func (m *Master) Close() {
 	m.mu.Unlock()
 	_ = m.Kill(context.Background()) // closes the listener too
 	m.wg.Wait()
+	if m.lease != nil {
+		_ = m.lease.Release() // the port is free for others once nobody listens
+	}
 }

@@ -173,21 +173,6 @@ func TestRestartWaitsForBusyPort(t *testing.T) {
 	assert.False(t, m.Running())
 }
 
-// FreePort picks a port no outgoing connection can take: below the
-// kernel's ephemeral range, where the kernel tells it.
-func TestFreePortIsNotEphemeral(t *testing.T) {
-	low := ephemeralLow()
-	if low <= minFixedPort {
-		t.Skipf("no ephemeral range below which to pick (lowest ephemeral port %d)", low)
-	}
-	for range 20 {
-		port, err := FreePort()
-		require.NoError(t, err)
-		assert.GreaterOrEqual(t, port, minFixedPort)
-		assert.Less(t, port, low, "a port of the ephemeral range")
-	}
-}
-
 func TestPauseAndResume(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -78,7 +77,15 @@ func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, 
 	if root, err = filepath.Abs(root); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(root))
 	}
-	c := New(make([]Master, 0, n), func() error { return os.RemoveAll(root) })
+	var c *Cluster
+	c = New(make([]Master, 0, n), func() error {
+		// After the kills: a port is free again once its master is gone.
+		errs := []error{os.RemoveAll(root)}
+		for _, m := range c.Masters {
+			errs = append(errs, m.(*processMaster).lease.Release())
+		}
+		return errors.Join(errs...)
+	})
 	for i := range n {
 		env := append(os.Environ(), opts.Env...)
 		if opts.EnvFor != nil {
@@ -94,8 +101,9 @@ func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, 
 	return c, nil
 }
 
-// startProcessMaster starts a master working in dir on a free port, trying
-// another port if the chosen one is taken before redis binds it.
+// startProcessMaster starts a master working in dir on a leased port,
+// trying another port if the chosen one is taken before redis binds it.
+// The master keeps the lease until its cluster's Close.
 func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraArgs []string, config string) (*processMaster, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -110,11 +118,13 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 	}
 	var err error
 	for range StartAttempts {
-		var port int
-		if port, err = FreePort(); err != nil {
+		var lease *PortLease
+		if lease, err = LeasePort(); err != nil {
 			return nil, err
 		}
+		port := lease.Port()
 		m := &processMaster{
+			lease:  lease,
 			name:   name,
 			addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 			dir:    dir,
@@ -137,6 +147,7 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 		if err == nil {
 			return m, nil
 		}
+		err = errors.Join(err, lease.Release())
 		if !errors.Is(err, ErrAddrInUse) {
 			return nil, err
 		}
@@ -144,54 +155,14 @@ func startProcessMaster(ctx context.Context, name, dir, bin string, env, extraAr
 	return nil, err
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-// Where the kernel tells its range of ephemeral ports (Linux), the port is
-// below it: an outgoing connection, which takes its local port from that
-// range, could otherwise take a master's port while the master is down for
-// a restart, and keep it.
-func FreePort() (int, error) {
-	if low := ephemeralLow(); low > minFixedPort {
-		for range 100 {
-			port := minFixedPort + rand.IntN(low-minFixedPort)
-			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-				return port, l.Close()
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// minFixedPort is the lowest port FreePort picks itself: above the
-// well-known and most registered services' ports.
-const minFixedPort = 10000
-
-// ephemeralLow returns the lowest ephemeral port of the kernel, 0 where it
-// cannot tell.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	low, _ := strconv.Atoi(f[0])
-	return low
-}
-
 // processMaster is a Master backed by a local redis-server process.
 type processMaster struct {
 	name, addr string
-	dir        string   // holds the log file and the data directory
-	binary     string   // absolute path of redis-server
-	args       []string // full redis-server command line after the binary; guarded by mu
-	env        []string // full environment
+	dir        string     // holds the log file and the data directory
+	binary     string     // absolute path of redis-server
+	args       []string   // full redis-server command line after the binary; guarded by mu
+	env        []string   // full environment
+	lease      *PortLease // keeps addr's port ours while the master is down
 
 	mu   sync.Mutex              // serialises Kill, Restart, Pause and Resume
 	proc atomic.Pointer[process] // the live process; nil when killed
