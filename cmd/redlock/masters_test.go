@@ -93,8 +93,10 @@ func TestMastersPortTaken(t *testing.T) {
 func twoFreePorts(t *testing.T) int {
 	t.Helper()
 	for range 50 {
-		p, err := harness.FreePort()
+		l, err := harness.LeasePort()
 		require.NoError(t, err)
+		p := l.Port()
+		require.NoError(t, l.Release())
 		if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+1))); err == nil {
 			_ = ln.Close()
 			return p
