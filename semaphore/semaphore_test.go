@@ -315,10 +315,21 @@ func TestPermitIsALock(t *testing.T) {
 	c, clients := own(t, 1)
 	const ttl = 500 * time.Millisecond
 	s := newSemaphore(t, clients[0], "lease", &semaphore.Options{TTL: ttl, AutoRenew: true})
-	l, err := s.Acquire(t.Context(), 1)
-	require.NoError(t, err)
+	// Three permits, renewed in one batch per master.
+	var permits []*redlock.Lock
+	for range 3 {
+		l, err := s.Acquire(t.Context(), 3)
+		require.NoError(t, err)
+		permits = append(permits, l)
+	}
 	time.Sleep(3 * ttl)
-	require.True(t, l.Held(), "renewed in the background")
+	for _, l := range permits {
+		require.True(t, l.Held(), "renewed in the background")
+	}
+	l := permits[0]
+	for _, p := range permits[1:] {
+		require.NoError(t, p.Release(t.Context()))
+	}
 	for i := range c.Masters { // every master loses it: as if restarted empty
 		require.NoError(t, c.Admin(i).Del(t.Context(), "{lease}:s").Err())
 	}
@@ -328,6 +339,6 @@ func TestPermitIsALock(t *testing.T) {
 		t.Fatal("the lost permit's Done did not close")
 	}
 	assert.ErrorIs(t, l.Err(), redlock.ErrNotHeld)
-	err = l.Release(t.Context())
+	err := l.Release(t.Context())
 	assert.True(t, errors.Is(err, redlock.ErrNotHeld) || strings.Contains(fmt.Sprint(err), "lost"), "%v", err)
 }
