@@ -8,11 +8,13 @@
 // permit expires with its TTL.
 //
 // The capacity N is given to each acquire, as Curator's
-// InterProcessSemaphoreV2 takes it. A master admits a permit only while
-// it holds fewer live permits than the capacity this acquire gives.
-// Holders that disagree get the rule per master: lowering the capacity
-// never evicts a holder; new permits then wait until few enough are left.
-// docs/semaphore.md tells the rule and why no N+1 permits are ever held.
+// InterProcessSemaphoreV2 takes it. A permit also takes a slot below N.
+// A master admits it only where no live permit holds that slot there,
+// and fewer than N live permits are there. When holders disagree, the
+// live permits number at most the largest capacity any of them was
+// given. Lowering the capacity never evicts a holder: new permits wait
+// until fewer than it are held. docs/semaphore.md tells why no N+1
+// permits are ever held.
 package semaphore
 
 import (
