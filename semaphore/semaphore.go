@@ -139,8 +139,17 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 	c := s.client
 	start := time.Now()
 	stalled := false // an episode of attempts that reach no quorum is told once
+	var got *redlock.Lock
+	kept := false
+	defer func() {
+		if got != nil && !kept { // an Observer panicked: nobody would release it
+			defer func() { _ = recover() }() // the first panic goes on
+			_ = got.Release(context.WithoutCancel(ctx))
+		}
+	}()
 	try := func() (*redlock.Lock, error) {
 		l, err := s.attempt(ctx, capacity)
+		got = l
 		stalled = hooks.ObserveAttempt(ctx, c, s.name, err, stalled)
 		return l, err
 	}
@@ -156,6 +165,7 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 	if s.opts.AutoRenew {
 		l.AutoRenew()
 	}
+	kept = true
 	return l, nil
 }
 

@@ -161,8 +161,8 @@ func TestCrashedHolderFreesItsPermitAfterTTL(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(ttl) // renewed meanwhile: still held
 	require.True(t, l.Held())
-	crashed := time.Now()
-	require.NoError(t, crashing.Close()) // leaves its permits to expire
+	crashed, until := time.Now(), l.Until() // held on a quorum until then at least
+	require.NoError(t, crashing.Close())    // leaves its permits to expire
 
 	s2 := newSemaphore(t, other, "crash", &semaphore.Options{TTL: ttl})
 	_, err = s2.TryAcquire(t.Context(), 1)
@@ -171,7 +171,8 @@ func TestCrashedHolderFreesItsPermitAfterTTL(t *testing.T) {
 	defer cancel()
 	l2, err := s2.Acquire(ctx, 1)
 	require.NoError(t, err)
-	// The last renewal set the TTL at most ttl before the close.
+	// The last renewal set at most ttl, and the permit held until Until.
+	assert.False(t, time.Now().Before(until), "freed before the crashed holder's validity ran out")
 	assert.Less(t, time.Since(crashed), ttl+5*time.Second, "freed after the TTL, with a margin for a busy machine")
 	assert.NoError(t, l2.Release(t.Context()))
 }
