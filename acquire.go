@@ -29,7 +29,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, exclusiveMode, key, value, c.nonce(value), ttl, 0)
+	return c.acquire(ctx, exclusiveMode, key, value, c.nonce(value), ttl, extras{})
 }
 
 // AcquireAs is Acquire with a reentrant lock held by owner, a unique and
@@ -65,7 +65,7 @@ func (c *Client) acquireOwned(ctx context.Context, m *mode, key, owner string, t
 	if err != nil {
 		return nil, err
 	}
-	return c.acquire(ctx, m, key, owner, c.nonce(nonce), ttl, writeWait)
+	return c.acquire(ctx, m, key, owner, c.nonce(nonce), ttl, extras{writeWait: writeWait})
 }
 
 // nonce returns a Lock's nonce from value, a new value: with
@@ -96,7 +96,13 @@ func (c *Client) value() (string, error) {
 	return v, nil
 }
 
-func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl, writeWait time.Duration) (*Lock, error) {
+// extras are what some modes' acquires send besides the usual arguments.
+type extras struct {
+	writeWait time.Duration // a write lock's: see acquireOwned
+	capacity  int           // a permit's: see permits.AcquirePermit
+}
+
+func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl time.Duration, x extras) (*Lock, error) {
 	if err := checkContext(ctx, "acquire"); err != nil {
 		return nil, err
 	}
@@ -110,7 +116,7 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: writeWait}, ttl: ttl}
+	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: x.writeWait, capacity: x.capacity}, ttl: ttl}
 	if c.observer != nil {
 		l.origin = context.WithoutCancel(ctx)
 	}
@@ -215,7 +221,7 @@ func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Ti
 		return nil
 	}
 	if _, err := l.client.do(ctx, &op{name: "fence", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
-		Script: fenceScript,
+		Script: l.mode.fence,
 		Keys:   l.keys,
 		Args:   l.args(argv{ttl: l.ttl, holds: res.Max}),
 	}}); err != nil {
@@ -250,6 +256,9 @@ func (l *Lock) reenter(ctx context.Context) error {
 	defer l.mu.Unlock()
 	if err := l.checkHeld("reenter"); err != nil {
 		return err
+	}
+	if l.mode.permit {
+		return invalidf("reenter %s: a semaphore's permit holds once", quote(l.key))
 	}
 	return l.take(ctx, l.holds+1)
 }

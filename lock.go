@@ -106,6 +106,9 @@ type lockID struct {
 	// writeWait > 0: a write lock whose attempts keep new readers out
 	// for that long while readers hold it.
 	writeWait time.Duration
+	// capacity > 0: a semaphore's permit, admitted where fewer permits
+	// than that are live. It goes where writeWait would: ARGV[5].
+	capacity int
 }
 
 // Stages of a Lock's life.
@@ -237,6 +240,9 @@ func (l *Lock) box() {
 	b := &l.boxed
 	b.value, b.nonce, b.ttl, b.ttlMs = l.value, l.nonce, l.ttl, l.ttl.Milliseconds()
 	b.writeWait = l.markerTTL().Milliseconds()
+	if l.capacity > 0 {
+		b.writeWait = int64(l.capacity)
+	}
 }
 
 // markerTTL is how long a waiting writer's attempt keeps new readers out

@@ -35,27 +35,50 @@ var (
 // mode is one sort of lock: the scripts for its operations and its keys.
 type mode struct {
 	acquire, extend, release *redis.Script
-	repair                   *redis.Script // nil: extends repair nothing (read locks)
-	fenced                   bool          // acquisitions hand out fencing tokens
-	rw                       bool          // a read-write lock: four keys
+	repair                   *redis.Script // nil: extends repair nothing (read locks, permits)
+	fence                    *redis.Script // raises the counter to a token; nil where not fenced
+	// extendMany extends many Locks of this mode in one call. It takes
+	// the first batchKeys of each Lock's keys, and three arguments per Lock
+	// (see extend_many in scripts.lua).
+	extendMany *redis.Script
+	batchKeys  int
+	rank       int  // renewal batches hold Locks of one mode, in rank order
+	fenced     bool // acquisitions hand out fencing tokens
+	rw         bool // a read-write lock: four keys
+	// permit: a semaphore's permit, whose one key is the main key with
+	// suffix ":s". It holds once: it cannot be re-entered.
+	permit bool
 }
 
 var (
-	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), repair: scripts.get("repair"), fenced: true}
-	writeMode     = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, repair: exclusiveMode.repair, fenced: true, rw: true}
-	readMode      = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"), rw: true}
+	exclusiveMode = &mode{acquire: scripts.get("acquire"), extend: scripts.get("extend"), release: scripts.get("release"), repair: scripts.get("repair"), fence: fenceScript,
+		extendMany: scripts.get("extend_many"), batchKeys: 1, fenced: true}
+	writeMode = &mode{acquire: exclusiveMode.acquire, extend: exclusiveMode.extend, release: exclusiveMode.release, repair: exclusiveMode.repair, fence: fenceScript,
+		extendMany: exclusiveMode.extendMany, batchKeys: 1, fenced: true, rw: true}
+	readMode = &mode{acquire: scripts.get("read_acquire"), extend: scripts.get("read_extend"), release: scripts.get("read_release"),
+		extendMany: scripts.get("read_extend_many"), batchKeys: 4, rank: 1, rw: true}
+	permitMode = &mode{acquire: scripts.get("sem_acquire"), extend: scripts.get("sem_extend"), release: scripts.get("sem_release"), fence: scripts.get("sem_fence"),
+		extendMany: scripts.get("sem_extend_many"), batchKeys: 1, rank: 2, fenced: true, permit: true}
 )
 
 // keys returns the keys of the lock named key, in the order scripts.lua
 // expects: the lock's main key, then that key with a suffix. They all
-// hash to one Redis Cluster slot.
+// hash to one Redis Cluster slot. A permit's one key is the main key
+// with a suffix: the semaphore of a name is not its lock.
 func (m *mode) keys(prefix, key string) []string {
 	k := lockKey(prefix + key)
-	if !m.rw {
+	switch {
+	case m.permit:
+		return []string{permitsKey(k)}
+	case !m.rw:
 		return []string{k}
 	}
 	return []string{k, k + ":r", k + ":rn", k + ":ww"}
 }
+
+// permitsKey is the key of the permits of the semaphore whose name's
+// main key is k. Its releases are published on it too.
+func permitsKey(k string) string { return k + ":s" }
 
 // lockKey returns the main key of the lock named name (prefix and key),
 // which is also the channel its releases are published on.

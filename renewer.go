@@ -377,7 +377,7 @@ func (rn *renewer) renewMany(c *Client, batch []*renewal, next []time.Time) {
 		}
 		items = append(items, it)
 	}
-	// The locks to renew, those of the exclusive kind first.
+	// The locks to renew, by their mode's rank: exclusive ones first.
 	live := make([]int, 0, len(items))
 	for k := range items {
 		if items[k].err == nil {
@@ -385,7 +385,7 @@ func (rn *renewer) renewMany(c *Client, batch []*renewal, next []time.Time) {
 		}
 	}
 	slices.SortStableFunc(live, func(a, b int) int {
-		return boolInt(readerMode(items[a].r.l.mode)) - boolInt(readerMode(items[b].r.l.mode))
+		return items[a].r.l.mode.rank - items[b].r.l.mode.rank
 	})
 	var repairs []func()
 	if len(live) > 0 {
@@ -417,13 +417,6 @@ func (rn *renewer) renewMany(c *Client, batch []*renewal, next []time.Time) {
 	}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // renewTimeout is how long a batch's round may take: a third of the
 // validity its most pressed lock has left, at least MasterTimeout and at
 // most lateCallFactor times it. A renewal is due with two thirds of the
@@ -452,25 +445,18 @@ func (c *Client) renewCalls(i int, items []renewItem, live []int) []quorum.Call 
 	}
 	var calls []quorum.Call
 	for first := 0; first < len(live); {
-		reader := readerMode(items[live[first]].r.l.mode)
-		script := extendManyScript
-		if reader {
-			script = readExtendManyScript
-		}
+		m := items[live[first]].r.l.mode
+		script := m.extendMany
 		var names []string
 		var args []any
 		n := 0
 		for ; first+n < len(live); n++ {
 			it := &items[live[first+n]]
 			l := it.r.l
-			if readerMode(l.mode) != reader || len(names) >= renewBatchKeys {
+			if l.mode.extendMany != script || len(names) >= renewBatchKeys {
 				break
 			}
-			if reader {
-				names = append(names, l.keys.Names...)
-			} else {
-				names = append(names, l.keys.Names[0])
-			}
+			names = append(names, l.keys.Names[:m.batchKeys]...)
 			ms := l.boxed.ttlMs
 			if it.ttl != l.boxed.ttl {
 				ms = it.ttl.Milliseconds()
@@ -488,15 +474,6 @@ func (c *Client) renewCalls(i int, items []renewItem, live []int) []quorum.Call 
 	}
 	return calls
 }
-
-// readerMode reports whether m is a read lock's: extended by
-// read_extend.
-func readerMode(m *mode) bool { return m.extend == readMode.extend }
-
-var (
-	extendManyScript     = scripts.get("extend_many")
-	readExtendManyScript = scripts.get("read_extend_many")
-)
 
 // renewed decides item j of a batch's round for it, as extend decides its
 // own round. l.mu must be held. It adds the repairs of the masters that

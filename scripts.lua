@@ -530,3 +530,111 @@ if ARGV[1] ~= '' then
 end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1] or false
 return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), entries, last}
+
+--- @permits
+-- Semaphores (package semaphore). The semaphore named n keeps its permits
+-- in S, K..':s' (KEYS[1]), a sorted set of nonce -> expiry (ms, on the
+-- master's clock); in S..':n', a hash of slot -> nonce; and its fencing
+-- counter in S..':t', as decimal text. All hash to K's slot. Each permit
+-- is a Lock of one hold: ARGV as above, except ARGV[5], the capacity the
+-- acquire was given. Its nonce starts with its slot and '/'. A master
+-- admits a permit for slot s and capacity c only where s < c, no live
+-- permit holds s here, and fewer than c live permits are here. Releases
+-- publish the nonce on channel S, so that a waiter retries at once.
+
+-- trimPermits drops the expired permits of key and returns the master's
+-- clock in milliseconds. Their slots are free once they are gone.
+local function trimPermits(key)
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  return now
+end
+
+-- extendPermit extends the permit of nonce in key for ttl (ms), never
+-- shorter (see @ttl), and the keys beside it. It replies 1 where the
+-- permit is live, else 0.
+local function extendPermit(key, ttl, nonce)
+  local now = trimPermits(key)
+  if not redis.call('ZSCORE', key, nonce) then return 0 end
+  redis.call('ZADD', key, 'XX', 'GT', now + ttl, nonce)
+  lengthen(key, ttl)
+  lengthen(key .. ':n', ttl)
+  if redis.call('EXISTS', key .. ':t') == 1 then lengthen(key .. ':t', ttl) end
+  return 1
+end
+
+--- sem_acquire @tokens @ttl @permits
+-- Admits the permit of nonce ARGV[6] for its slot under capacity
+-- ARGV[5] (see @permits). Replies its token (1 when not fencing), else
+-- 0. A permit is never re-entered, and a marker of its nonce refuses it.
+local now = trimPermits(KEYS[1])
+local slot, capacity = ARGV[6]:match('^(%d+)/'), tonumber(ARGV[5])
+if not slot or tonumber(slot) >= capacity or tonumber(ARGV[3]) ~= 1 then return 0 end
+if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= capacity then return 0 end
+local slots = KEYS[1] .. ':n'
+local other = redis.call('HGET', slots, slot)
+if other and redis.call('ZSCORE', KEYS[1], other) then return 0 end -- this permit's too: landed twice
+local ttl, token = tonumber(ARGV[2]), '1'
+if ARGV[4] ~= '0' then
+  -- Fails before the permit is written.
+  local counter = redis.call('GET', KEYS[1] .. ':t')
+  if counter and not counter:match('^%d+$') then
+    return redis.error_reply('fencing counter of ' .. KEYS[1] .. ' is not decimal')
+  end
+  local err
+  token, err = nextToken(counter or nil, ARGV[4], ttl)
+  if not token then
+    return redis.error_reply('fencing counter ' .. counter .. ' of ' .. KEYS[1] .. ' cannot be incremented: ' .. err)
+  end
+  redis.call('SET', KEYS[1] .. ':t', token, 'PX', atLeast(KEYS[1] .. ':t', ttl))
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[6])
+redis.call('HSET', slots, slot, ARGV[6])
+lengthen(KEYS[1], ttl)
+lengthen(slots, ttl)
+return token
+
+--- sem_fence @tokens @ttl @permits
+-- Raises the counter to the token ARGV[3] where this permit is live, so
+-- that every later token is larger.
+trimPermits(KEYS[1])
+if not redis.call('ZSCORE', KEYS[1], ARGV[6]) then return 0 end
+local c = KEYS[1] .. ':t'
+local counter = redis.call('GET', c)
+if not counter or less(counter, ARGV[3]) then
+  redis.call('SET', c, ARGV[3], 'PX', atLeast(c, tonumber(ARGV[2])))
+end
+return 1
+
+--- sem_extend @ttl @permits
+return extendPermit(KEYS[1], tonumber(ARGV[2]), ARGV[6])
+
+--- sem_extend_many @ttl @permits
+-- sem_extend for many permits at once (see extend_many): KEYS are each
+-- permit's S, ARGV three arguments per permit.
+local replies = {}
+for i = 1, #KEYS do
+  local a = 3 * i - 2
+  replies[i] = extendPermit(KEYS[i], tonumber(ARGV[a + 1]), ARGV[a + 2])
+end
+return replies
+
+--- sem_release @ttl @permits
+-- Drops this permit, frees its slot and publishes its nonce. Where the
+-- permit is not found, it leaves the marker (ARGV[7] "1"), as release
+-- does.
+trimPermits(KEYS[1])
+local function mark()
+  if ARGV[7] then redis.pcall('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+end
+if redis.call('ZREM', KEYS[1], ARGV[6]) == 0 then
+  mark()
+  return 0
+end
+local slots, slot = KEYS[1] .. ':n', ARGV[6]:match('^(%d+)/')
+if slot and redis.call('HGET', slots, slot) == ARGV[6] then redis.call('HDEL', slots, slot) end
+if ARGV[7] == '2' then mark() end
+redis.call('PUBLISH', KEYS[1], ARGV[6])
+return 1

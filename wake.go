@@ -98,11 +98,16 @@ const maxRecent = 64
 // does not wait for the masters to confirm. A closed, zero or nil Client
 // returns a waker that is never woken.
 func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
-	ch := make(chan struct{}, 1)
 	if c.check() != nil {
-		return &waker{c: ch}
+		return &waker{c: make(chan struct{}, 1)}
 	}
-	channel := lockKey(c.prefix + key) // where the release scripts publish: KEYS[1]
+	return c.wakerOn(lockKey(c.prefix+key), all, since) // where the release scripts publish: KEYS[1]
+}
+
+// wakerOn is newWaker for the releases published on channel, the first
+// key of the Locks it waits for. c must be checked.
+func (c *Client) wakerOn(channel string, all bool, since time.Time) *waker {
+	ch := make(chan struct{}, 1)
 	k := &waker{c: ch, all: all, client: c, channel: channel}
 	ws := &c.watches
 	ws.mu.Lock()

@@ -1,0 +1,235 @@
+// Package semaphore provides leased counting semaphores on a
+// redlock.Client: at most N holders of a name at once, over a quorum of
+// independent masters.
+//
+// Each permit is a *redlock.Lock of its own. It has its own TTL,
+// fencing token, Extend, AutoRenew, Done, Err and Release. A permit is
+// counted only where a quorum of masters admitted it. A crashed holder's
+// permit expires with its TTL.
+//
+// The capacity N is given to each acquire, as Curator's
+// InterProcessSemaphoreV2 takes it. A permit also takes a slot below N.
+// A master admits it only where no live permit holds that slot there,
+// and fewer than N live permits are there. When holders disagree, the
+// live permits number at most the largest capacity any of them was
+// given. Lowering the capacity never evicts a holder: new permits wait
+// until fewer than it are held. docs/semaphore.md tells why no N+1
+// permits are ever held.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/clip"
+	"github.com/go-redlock/redlock/internal/link"
+	"github.com/go-redlock/redlock/internal/retry"
+)
+
+// What package redlock lends this package.
+var (
+	hooks   = link.Get[*redlock.Client, *redlock.Lock]()
+	permits = link.GetSemaphores[*redlock.Client, *redlock.Lock]()
+)
+
+// Options configure a Semaphore. The zero value of each field selects
+// its default. New names the first invalid one.
+type Options struct {
+	// TTL is how long a permit lives on the masters without renewal, in
+	// whole milliseconds. It must be longer than the client's
+	// MasterTimeout and its own drift allowance. Default: 10s.
+	TTL time.Duration
+
+	// MinRetryDelay and MaxRetryDelay bound the fallback timer between two
+	// attempts of Acquire. It serves releases Acquire did not hear of, and
+	// permits that expire. The delay doubles from MinRetryDelay up to
+	// MaxRetryDelay, each drawn at random from its upper half. Both must
+	// be at least 1ms. Defaults: 5ms and 200ms.
+	MinRetryDelay time.Duration
+	MaxRetryDelay time.Duration
+
+	// AutoRenew renews each permit until it is released (see
+	// redlock.Lock.AutoRenew). Default: off.
+	AutoRenew bool
+}
+
+// Defaults of Options.
+const (
+	DefaultTTL           = retry.DefaultTTL
+	DefaultMinRetryDelay = retry.DefaultMinRetryDelay
+	DefaultMaxRetryDelay = retry.DefaultMaxRetryDelay
+)
+
+// Semaphore hands out permits of one name. It holds no state of its
+// own: every permit is a *redlock.Lock, released with its Release. It is
+// safe for concurrent use; make one with New.
+type Semaphore struct {
+	client *redlock.Client
+	name   string
+	opts   retry.Options
+}
+
+// New returns a Semaphore for name. It does no I/O. It returns an error
+// wrapping redlock.ErrInvalidArgument for a nil client, an empty name,
+// or an option that cannot work with the client's (a TTL not above its
+// MasterTimeout, say). opts may be nil for the defaults.
+func New(client *redlock.Client, name string, opts *Options) (*Semaphore, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	o, err := retry.Options(*opts).Check(client, name, "semaphore.Options")
+	if err != nil {
+		return nil, err
+	}
+	return &Semaphore{client: client, name: name, opts: o}, nil
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// check refuses a Semaphore not made by New, a nil or ended context and
+// a capacity below 1, before any I/O. op names the call.
+func (s *Semaphore) check(ctx context.Context, op string, capacity int) error {
+	switch {
+	case s == nil || s.client == nil:
+		return fmt.Errorf("%w: zero Semaphore: use semaphore.New", redlock.ErrInvalidArgument)
+	case ctx == nil:
+		return retry.NilContext("Semaphore."+op, s.name)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: Semaphore.%s %s: context ended before the call: %w", redlock.ErrInvalidArgument, op, clip.Quote(s.name), ctx.Err())
+	case capacity < 1:
+		return fmt.Errorf("%w: Semaphore.%s %s: capacity %d: must be at least 1", redlock.ErrInvalidArgument, op, clip.Quote(s.name), capacity)
+	}
+	return nil
+}
+
+// TryAcquire makes one attempt at a permit, where fewer than capacity
+// permits are held. It returns the permit, or an error wrapping
+// redlock.ErrNotObtained if too few masters admitted it (a failed
+// attempt is undone on every master). It blocks for one quorum round.
+// With Options.AutoRenew the permit is renewed until released.
+func (s *Semaphore) TryAcquire(ctx context.Context, capacity int) (*redlock.Lock, error) {
+	if err := s.check(ctx, "TryAcquire", capacity); err != nil {
+		return nil, err
+	}
+	l, err := s.attempt(ctx, capacity)
+	if err != nil {
+		return nil, err
+	}
+	if s.opts.AutoRenew {
+		l.AutoRenew()
+	}
+	return l, nil
+}
+
+// Acquire blocks until it holds a permit, where fewer than capacity
+// permits are held, or ctx ends. Between attempts it waits for releases
+// published by the masters, with a jittered fallback timer. Each release
+// wakes one of the client's waiters. If ctx ends first, the error matches
+// ctx.Err() and tells the last attempt's outcome. Invalid input fails at
+// once with an error wrapping redlock.ErrInvalidArgument.
+func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, error) {
+	if err := s.check(ctx, "Acquire", capacity); err != nil {
+		return nil, err
+	}
+	c := s.client
+	start := time.Now()
+	stalled := false // an episode of attempts that reach no quorum is told once
+	var got *redlock.Lock
+	kept := false
+	defer func() {
+		if got != nil && !kept { // an Observer panicked: nobody would release it
+			defer func() { _ = recover() }() // the first panic goes on
+			_ = got.Release(context.WithoutCancel(ctx))
+		}
+	}()
+	try := func() (*redlock.Lock, error) {
+		l, err := s.attempt(ctx, capacity)
+		got = l
+		stalled = hooks.ObserveAttempt(ctx, c, s.name, err, stalled)
+		return l, err
+	}
+	tried := time.Now()
+	l, err := try()
+	if retryable(ctx, err) {
+		l, err = s.wait(ctx, try, tried, err)
+		hooks.ObserveWait(ctx, c, s.name, time.Since(start), l, err)
+	}
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	if s.opts.AutoRenew {
+		l.AutoRenew()
+	}
+	kept = true
+	return l, nil
+}
+
+// attempt tries the slots below capacity in turn, from one at random,
+// until a quorum admits a permit of one. Each slot is one round; a failed
+// one is undone. It stops at an error that is not a refusal, or once ctx
+// ends, and returns the last error.
+func (s *Semaphore) attempt(ctx context.Context, capacity int) (*redlock.Lock, error) {
+	first := rand.N(capacity)
+	var err error
+	for k := range capacity {
+		var l *redlock.Lock
+		l, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, (first+k)%capacity, s.opts.TTL)
+		if !retryable(ctx, err) {
+			return l, err
+		}
+	}
+	return nil, err
+}
+
+// wait is Acquire after its first attempt, which started at tried and
+// failed with err.
+func (s *Semaphore) wait(ctx context.Context, try func() (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
+	waker := permits.NewWaker(s.client, s.name, tried)
+	got := false
+	defer func() {
+		if got {
+			waker.Close()
+		} else {
+			waker.GiveUp() // the release that woke it wakes another
+		}
+	}()
+	delay := s.opts.MinRetryDelay
+	for again := !waker.Settled(); ; again = true {
+		if again {
+			var l *redlock.Lock
+			if l, err = try(); !retryable(ctx, err) {
+				got = err == nil
+				return l, ctxErr(ctx, err)
+			}
+		}
+		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-waker.Wake():
+		case <-timer.C:
+			delay = min(2*delay, s.opts.MaxRetryDelay)
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctxErr(ctx, err)
+		}
+		timer.Stop()
+	}
+}
+
+// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has ended.
+func ctxErr(ctx context.Context, err error) error {
+	if end := ctx.Err(); err != nil && end != nil && !errors.Is(err, end) {
+		return fmt.Errorf("%w; gave up waiting: %w", err, end)
+	}
+	return err
+}
+
+// retryable reports whether a failed attempt is worth another: too few
+// masters admitted the permit, and ctx has not ended.
+func retryable(ctx context.Context, err error) bool {
+	return err != nil && errors.Is(err, redlock.ErrNotObtained) && ctx.Err() == nil
+}
