@@ -103,9 +103,10 @@ type Options struct {
 	// expire with the TTL, are left either way (see scripts.lua).
 	// With fencing (the default) the last release leaves the lock's key
 	// holding its counter for the rest of the key's TTL. An acquisition
-	// then fails unless it is decided within a quarter of its TTL. Keep
-	// TTLs above 4*MasterTimeout, so that a slow master cannot make every
-	// acquisition fail. Tokens are microseconds of the masters' clocks, or
+	// then fails unless it is decided within a quarter of its TTL. So a
+	// fenced lock's TTL must be at least 4*MasterTimeout: a slow master
+	// could make every acquisition fail. Acquire and the lock packages'
+	// constructors refuse a shorter one. Tokens are microseconds of the masters' clocks, or
 	// larger: a hybrid logical clock. "Fencing tokens" in README.md says
 	// what they guarantee. They are exact up to the largest int64. Beyond
 	// it, a master refuses the acquire.
@@ -518,6 +519,22 @@ func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error)
 		return 0, invalidf("%s %v: must be at most %v (auto-renewal's arithmetic would overflow)", name, ttl, maxTTL)
 	}
 	return ms, nil
+}
+
+// fencingTTLFactor is how many MasterTimeouts a fenced TTL must span at
+// least: a fenced acquire counts only if decided within a quarter of its
+// TTL, and a round may take a whole MasterTimeout.
+const fencingTTLFactor = 4
+
+// checkFencedTTL refuses a TTL, already checked by checkTTL, whose
+// quarter is shorter than MasterTimeout, where locks take fencing
+// tokens: one slow master could then make every acquisition fail. name
+// names it in errors.
+func (c *Client) checkFencedTTL(name string, ttl time.Duration) error {
+	if least := fencingTTLFactor * c.masterTimeout; c.fencing && ttl < least {
+		return invalidf("%s %v: must be at least 4*MasterTimeout (%v) with fencing: a fenced acquire counts only if decided within a quarter of its TTL, and a slow master takes MasterTimeout (or set Options.NoFencing)", name, ttl, least)
+	}
+	return nil
 }
 
 // deadline is when a lock stops being safe, if a round starting at start
