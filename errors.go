@@ -77,6 +77,13 @@ var (
 	// no fault of the master's answers, and nothing reached it. It
 	// matches ErrNoReply.
 	ErrWithdrawn error = withdrawnError{}
+
+	// ErrReplayingClient is wrapped by Client.Verify for a master whose
+	// go-redis client may send a lock call again after it may have run.
+	// A replay that lands after the call's undo leaves the lock on that
+	// master until its TTL. The message names the setting and its value.
+	// Dial builds clients that never replay.
+	ErrReplayingClient = errors.New("redlock: the go-redis client may replay a lock call")
 )
 
 // withdrawnError is ErrWithdrawn. Like silentError, it matches ErrNoReply

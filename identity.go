@@ -432,6 +432,10 @@ func (e *masterProblem) Unwrap() error { return e.err }
 //     lacks run_id or role;
 //   - one whose INFO failed or did not answer in time.
 //
+// It also reports each master whose go-redis client retries failed
+// calls (MaxRetries, or a ClusterClient's MaxRedirects, above 0): a lock
+// call may then run twice (wrapping ErrReplayingClient).
+//
 // Later rounds use what it learned. The first one identifies no master
 // again, unless its pool opened a connection since. Before it starts, the
 // first round loads the scripts' library, where no LoadScripts did. It
@@ -510,6 +514,9 @@ wait:
 	}
 	first := map[string]int{} // run_id -> the first master with it
 	for i, s := range ids {
+		if setting, n := replaySetting(c.nodes[i].client); setting != "" {
+			problem(i, replayProblem(setting, n), ErrReplayingClient)
+		}
 		switch {
 		case c.nodes[i].id == nil:
 			problem(i, fmt.Sprintf("cannot be identified: a %T, not a *redis.Client", c.nodes[i].client), nil)

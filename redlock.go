@@ -145,7 +145,7 @@ type Options struct {
 }
 
 // Client acquires locks on a set of independent Redis masters.
-// It is safe for concurrent use. Make one with New. The methods of a zero
+// It is safe for concurrent use. Make one with New or Dial. The methods of a zero
 // or nil Client return an error wrapping ErrInvalidArgument (or zero
 // results) and do nothing. Between operations a Client keeps, per master,
 // the goroutines that send its calls, waiting for the next ones. That is
@@ -164,8 +164,10 @@ type Client struct {
 	gate      gate      // open, closing, closed; the work Close waits for
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
-	engine    *quorum.Engine // runs the rounds; set by New
-	renew     renewer        // the auto-renewed locks
+	engine    *quorum.Engine  // runs the rounds; set by New
+	renew     renewer         // the auto-renewed locks
+	owned     []*redis.Client // made by Dial; Close closes them
+	ownedOnce sync.Once
 	// longest is the longest TTL any call of the Client asked a master
 	// for, in nanoseconds. It is how long a master that reached a new
 	// server counts toward no new lock. Atomic: Locks raise it.
@@ -452,11 +454,18 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // master, it holds it up to the client's Dialer.Timeout. Keys Close gave
 // up on expire with their TTL. Nothing is left running afterwards.
 // Later operations return ErrClosed. Calling Close again waits the same
-// way. Close does not close the go-redis clients.
+// way. Close closes the go-redis clients only if Dial made them, and
+// then returns their errors.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	c.shutDown()
+	return c.closeOwned() // last: nothing uses them any more
+}
+
+// shutDown is Close but for the go-redis clients.
+func (c *Client) shutDown() {
 	defer c.engine.Stop() // last: once the pipelines are closed, no round is pending
 
 	c.closeLocks()   // closing: live locks end, renewals stop
@@ -481,13 +490,12 @@ func (c *Client) Close() error {
 	if inTime {
 		select {
 		case <-pipes:
-			return nil
+			return
 		case <-grace.C:
 		}
 	}
 	c.abortPipes()
 	<-pipes
-	return nil
 }
 
 // abortPipes aborts every master's pipeline and waits for what they have
