@@ -123,9 +123,9 @@ func TestVerifyReportsClientsThatReplay(t *testing.T) {
 	t.Log(err)
 	lines := strings.Split(err.Error(), "\n")
 	require.Len(t, lines, 2, "one problem per master that replays")
-	assert.True(t, strings.HasPrefix(lines[0], fmt.Sprintf("redlock: master 0 (%s): MaxRetries 3 ", addrs[0])), lines[0])
+	assert.True(t, strings.HasPrefix(lines[0], fmt.Sprintf("redlock: master 0 (%s): MaxRetries 3 (go-redis' default, also for 0): ", addrs[0])), lines[0])
 	assert.Contains(t, lines[0], "set MaxRetries: -1")
-	assert.True(t, strings.HasPrefix(lines[1], fmt.Sprintf("redlock: master 1 (%s): MaxRetries 2 ", addrs[1])), lines[1])
+	assert.True(t, strings.HasPrefix(lines[1], fmt.Sprintf("redlock: master 1 (%s): MaxRetries 2: ", addrs[1])), lines[1])
 	assert.NotContains(t, err.Error(), "master 2")
 }
 
