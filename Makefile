@@ -11,8 +11,7 @@ all: test
 deps: ## install redis-server, faketime and gcc (apt-get, as root)
 	scripts/install-deps.sh
 
-demo: ## run the live Redlock demo on five local masters (needs only redis-server, installed if missing)
-	scripts/install-deps.sh redis-server
+demo: ## run the live Redlock demo on five local masters: redis-server if in PATH (make deps), else in-process ones; installs nothing
 	cd cmd/redlock && $(GO) run . demo
 
 test: ## gofmt, vet and the whole test suite with -race (the CI command)

@@ -41,3 +41,17 @@ func TestAcquireReleaseAllocs(t *testing.T) {
 		t.Errorf("%.0f allocations per Acquire and Release, want at most %d", least, budget)
 	}
 }
+
+// TestObserveAttemptAllocs: without an Observer, a waiting Lock's
+// attempts cost the no-quorum hook nothing.
+func TestObserveAttemptAllocs(t *testing.T) {
+	c := newFakeClient(t, fakes(3), nil)
+	ctx := context.Background()
+	refused := &QuorumError{Op: "acquire", Key: "k", Quorum: 2, sentinel: ErrNotObtained,
+		Masters: []MasterResult{{Err: ErrMasterTimeout}, {Err: ErrMasterTimeout}, {Err: ErrHeldElsewhere}}}
+	var err error = refused
+	var h linked
+	if n := testing.AllocsPerRun(100, func() { h.ObserveAttempt(ctx, c, "k", err, false) }); n > 0 {
+		t.Errorf("%.0f allocations per attempt without an Observer", n)
+	}
+}

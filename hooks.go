@@ -53,9 +53,13 @@ func (linked) ObserveWait(ctx context.Context, c *Client, key string, waited tim
 }
 
 func (linked) ObserveAttempt(ctx context.Context, c *Client, key string, err error, stalled bool) bool {
+	o := c.observer
+	if o == nil { // nobody to tell: Outcome allocates for an error
+		return false
+	}
 	switch Outcome(err) {
 	case outcomeNoQuorum:
-		if o := c.observer; o != nil && !stalled {
+		if !stalled {
 			o.ObserveEvent(ctx, Event{Kind: EventNoQuorum, Key: key, Err: err})
 		}
 		return true

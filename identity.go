@@ -96,11 +96,12 @@ type serverID struct {
 // longest TTL the Client asked for.
 type idCache struct {
 	client *redis.Client
-	// failover: the client is a Sentinel FailoverClient. Its server may
-	// change, and gain replicas, without a new run_id being seen at once.
-	failover bool
-	asked    atomic.Uint64 // bumped by refresh
-	current  atomic.Pointer[serverID]
+	// unannounced: the server may change, or gain replicas, without a
+	// new run_id being seen at once. The client is a Sentinel
+	// FailoverClient, or a Redis Cluster node's.
+	unannounced bool
+	asked       atomic.Uint64 // bumped by refresh
+	current     atomic.Pointer[serverID]
 	// changed is when a new run_id was seen, on the monotonic clock; nil
 	// if never. longest is the Client's longest TTL asked for.
 	changed atomic.Pointer[time.Time]
@@ -125,7 +126,7 @@ func newIDCache(c redis.Scripter, longest *atomic.Int64) *idCache {
 		return nil
 	}
 	// go-redis names the address of a Sentinel client so.
-	return &idCache{client: rc, longest: longest, failover: rc.Options().Addr == "FailoverClient"}
+	return &idCache{client: rc, longest: longest, unannounced: rc.Options().Addr == "FailoverClient"}
 }
 
 // opened returns how many connections the client's main and pipeline
@@ -199,8 +200,16 @@ func (id *idCache) Replicas() int {
 	return 0
 }
 
-// Unannounced reports whether the master is reached through Sentinel.
-func (id *idCache) Unannounced() bool { return id.failover }
+// Unannounced reports whether the master is reached through Sentinel,
+// or is a Redis Cluster node.
+func (id *idCache) Unannounced() bool { return id.unannounced }
+
+// tookOver starts the quarantine, as a new run_id would: the server took
+// over keys that another server held, and may lack writes to them.
+func (id *idCache) tookOver() {
+	now := time.Now()
+	id.changed.Store(&now)
+}
 
 // Role learns what ROLE told right after a write, on its connection. A
 // master's replica count replaces the cached one. A refused ROLE (an
@@ -427,14 +436,16 @@ func (e *masterProblem) Unwrap() error { return e.err }
 //   - the same server as a master before it (a *SameServerError, matching
 //     ErrSameServer);
 //   - one that cannot be identified, which lock rounds count unchecked:
-//     its client is not a *redis.Client (a Cluster or Ring client reaches
-//     several servers), it refused INFO (an ACL or a proxy), or its INFO
-//     lacks run_id or role;
+//     its client is neither a *redis.Client nor a *redis.ClusterClient (a
+//     Ring client reaches several servers), it refused INFO (an ACL or a
+//     proxy), or its INFO lacks run_id or role;
 //   - one whose INFO failed or did not answer in time.
 //
+// A *redis.ClusterClient master's slot map is loaded afresh, and each
+// master node in it is checked as above, named in the problem's text.
 // It also reports each master whose go-redis client retries failed
-// calls (MaxRetries, or a ClusterClient's MaxRedirects, above 0): a lock
-// call may then run twice (wrapping ErrReplayingClient).
+// calls (MaxRetries above 0): a lock call may then run twice (wrapping
+// ErrReplayingClient).
 //
 // Later rounds use what it learned. The first one identifies no master
 // again, unless its pool opened a connection since. Before it starts, the
@@ -460,13 +471,14 @@ func (c *Client) Verify(ctx context.Context) error {
 		return err
 	}
 	type answer struct {
-		i   int
-		s   *serverID
-		err error
+		i     int
+		s     *serverID
+		err   error
+		nodes []nodeID // a cluster master's
 	}
 	asked := 0
 	for i := range c.nodes {
-		if c.nodes[i].id != nil {
+		if c.nodes[i].id != nil || c.nodes[i].shards != nil {
 			asked++
 		}
 	}
@@ -484,13 +496,22 @@ func (c *Client) Verify(ctx context.Context) error {
 				defer c.gate.leave(1)
 				id.refresh()
 				s, err := id.get(infoCtx)
-				answers <- answer{i, s, err}
+				answers <- answer{i: i, s: s, err: err}
+			}()
+		}
+		if sh := c.nodes[i].shards; sh != nil {
+			go func() {
+				defer c.gate.leave(1)
+				nodes, err := sh.identify(infoCtx)
+				answers <- answer{i: i, nodes: nodes, err: err}
 			}()
 		}
 	}
 	ids := make([]*serverID, len(c.nodes))
 	errs := make([]error, len(c.nodes))
-	record := func(a answer) { ids[a.i], errs[a.i] = a.s, a.err }
+	nodes := make([][]nodeID, len(c.nodes))
+	heard := make([]bool, len(c.nodes))
+	record := func(a answer) { ids[a.i], errs[a.i], nodes[a.i], heard[a.i] = a.s, a.err, a.nodes, true }
 wait:
 	for range asked {
 		select {
@@ -513,33 +534,56 @@ wait:
 		problems = append(problems, &masterProblem{i: i, name: c.nodes[i].name, msg: msg, err: err})
 	}
 	first := map[string]int{} // run_id -> the first master with it
+	// check reports what is wrong with server s of master i, which INFO
+	// answered with err. A cluster's node is named by node.
+	check := func(i int, node string, s *serverID, err error) {
+		report := func(msg string, err error) {
+			if node != "" {
+				if msg == "" {
+					msg = strings.TrimPrefix(err.Error(), "redlock: ")
+				}
+				msg = "node " + node + ": " + msg
+			}
+			problem(i, msg, err)
+		}
+		switch {
+		case s == nil && (err == nil || infoCtx.Err() != nil && timeout(err)): // late
+			if err := ctx.Err(); err != nil {
+				report("", err)
+			} else {
+				report(fmt.Sprintf("no reply within %v (4*MasterTimeout)", bound), ErrMasterTimeout)
+			}
+		case s == nil:
+			report("", err)
+		case s.unknown != nil:
+			report("cannot be identified: "+s.unknown.Error(), s.unknown)
+		case s.runID == "" || s.role == "":
+			report("cannot be identified: INFO has no "+missing(s), nil)
+		case s.role != "master":
+			report("", replicaError(s.role))
+		default:
+			if j, dup := first[s.runID]; dup && j != i {
+				report("", c.sameServer(j, i, s.runID))
+			} else {
+				first[s.runID] = i
+			}
+		}
+	}
 	for i, s := range ids {
 		if setting, n := replaySetting(c.nodes[i].client); setting != "" {
 			problem(i, replayProblem(setting, n), ErrReplayingClient)
 		}
 		switch {
+		case c.nodes[i].shards != nil && heard[i] && errs[i] == nil:
+			for _, n := range nodes[i] {
+				check(i, n.addr, n.s, n.err)
+			}
+		case c.nodes[i].shards != nil:
+			check(i, "", nil, errs[i])
 		case c.nodes[i].id == nil:
 			problem(i, fmt.Sprintf("cannot be identified: a %T, not a *redis.Client", c.nodes[i].client), nil)
-		case s == nil && (errs[i] == nil || infoCtx.Err() != nil && timeout(errs[i])): // late
-			if err := ctx.Err(); err != nil {
-				problem(i, "", err)
-			} else {
-				problem(i, fmt.Sprintf("no reply within %v (4*MasterTimeout)", bound), ErrMasterTimeout)
-			}
-		case s == nil:
-			problem(i, "", errs[i])
-		case s.unknown != nil:
-			problem(i, "cannot be identified: "+s.unknown.Error(), s.unknown)
-		case s.runID == "" || s.role == "":
-			problem(i, "cannot be identified: INFO has no "+missing(s), nil)
-		case s.role != "master":
-			problem(i, "", replicaError(s.role))
 		default:
-			if j, dup := first[s.runID]; dup {
-				problem(i, "", c.sameServer(j, i, s.runID))
-			} else {
-				first[s.runID] = i
-			}
+			check(i, "", s, errs[i])
 		}
 	}
 	return errors.Join(problems...)

@@ -12,37 +12,8 @@ import (
 	"github.com/go-redlock/redlock/internal/link"
 )
 
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the
-// checksum of Redis Cluster key slots.
-func crc16(b []byte) uint16 {
-	var crc uint16
-	for _, c := range b {
-		crc ^= uint16(c) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// keySlot is Redis Cluster's slot of key: if key has a '{' followed later
-// by a '}' with at least one byte between the first '{' and the first '}'
-// after it, only those bytes are hashed.
-func keySlot(key string) int {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
-			key = key[open+1 : open+1+n]
-		}
-	}
-	return int(crc16([]byte(key)) % 16384)
-}
-
-// TestKeySlotMatchesRedis checks the test's own slot function against
-// slots that Redis 7.0's CLUSTER KEYSLOT returned.
+// TestKeySlotMatchesRedis checks keySlot, which routes a cluster
+// master's calls, against slots that Redis 7.0's CLUSTER KEYSLOT returned.
 func TestKeySlotMatchesRedis(t *testing.T) {
 	for key, slot := range map[string]int{
 		"123456789":            12739, // 0x31C3, the CRC-16/XMODEM check value

@@ -92,10 +92,10 @@ type lockID struct {
 	nonce  string // random per Lock: see scripts.lua
 	keys   pipeline.Keys
 	token  uint64
-	// origin is the first acquire's context without its cancellation,
-	// only with an Observer. Its values (a trace's span, say) go with
-	// the lock's renewals and its loss, so that they show in the trace of
-	// the work the lock guards.
+	// origin is the context of the first acquire, or of Resume, without
+	// its cancellation, only with an Observer. Its values (a span, say)
+	// go with the lock's renewals and its loss, so that they show in the
+	// trace of the work the lock guards.
 	origin context.Context
 	// boxed holds the arguments that args sends again and again. They
 	// are boxed once, to save an allocation per call.

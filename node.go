@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -171,6 +172,23 @@ type node struct {
 	timeout time.Duration      // MasterTimeout: the first cleanup try's wait
 	id      *idCache           // the server it reaches; nil if it cannot be asked
 	prep    *preparation       // its setup under way, if any (see Client.prepare)
+	// shards routes a cluster master's rounds to the node of each
+	// lock's slot; nil for other masters. pipe still serves the rest.
+	shards *shards
+}
+
+// close closes the master's pipelines, or aborts them, and waits.
+func (n *node) close(abort bool) {
+	var wg sync.WaitGroup
+	if n.shards != nil {
+		wg.Go(func() { n.shards.closePipes(abort) })
+	}
+	if abort {
+		n.pipe.Abort()
+	} else {
+		n.pipe.Close()
+	}
+	wg.Wait()
 }
 
 // batches reports whether one call may carry many locks' keys. Only a

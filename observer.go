@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 )
 
@@ -239,10 +240,10 @@ const (
 // is Outcome(e.Err). The names:
 //
 //	ok         the quorum agreed (err is nil)
-//	contended  enough masters answered, and some refused: another owner holds the lock
+//	contended  so many masters refused that no quorum was left: another owner holds the lock
 //	canceled   the caller's context ended first
 //	closed     the Client was closed
-//	not_held   the lock was lost, or not held (ErrNotHeld)
+//	not_held   the lock was lost, or is not held by this Lock or owner (ErrNotHeld)
 //	no_quorum  too few masters answered to decide: down, slow or failing
 //	expired    a quorum agreed, but too late: no validity was left
 //	error      anything else, such as an invalid argument or an upgrade
@@ -267,9 +268,11 @@ func Outcome(err error) string {
 	return outcomeError
 }
 
-// outcome is Outcome of e. An acquire is contended where the masters
-// that answered, agreeing or refusing, make a quorum. Too few answers is
-// no quorum, whoever else holds the lock.
+// outcome is Outcome of e. An acquire is contended where the refusals
+// alone leave too few masters for a quorum: it fails whatever the others
+// answer. Where failing, silent or held-back masters could have made
+// one, they cost it: no quorum. A refusal that says the Lock does not
+// hold the lock (a re-entry, resume or fence) is no contention: not held.
 func (e *QuorumError) outcome() string {
 	switch {
 	case e.upgrade:
@@ -280,14 +283,19 @@ func (e *QuorumError) outcome() string {
 		return outcomeNotHeld
 	}
 	if e.sentinel == ErrNotObtained {
-		refused := 0
+		refused, elsewhere := 0, false
 		for _, m := range e.Masters {
 			if !m.Agreed && isRefusal(m.Err) {
 				refused++
+				elsewhere = elsewhere || m.Err != ErrNotHeld
 			}
 		}
-		if refused > 0 && e.Agreed+refused >= e.Quorum {
+		switch {
+		case refused == 0 || len(e.Masters)-refused >= e.Quorum:
+		case elsewhere:
 			return outcomeContended
+		default:
+			return outcomeNotHeld
 		}
 	}
 	if e.ctxErr != nil {
@@ -298,13 +306,14 @@ func (e *QuorumError) outcome() string {
 
 // Observers returns one Observer that hands each round and event to
 // every one of obs, in order: an slogobserver and an otelredlock
-// Observer together, say. Nil ones are skipped. With none left it
-// returns nil, and nothing is measured. A panic of one skips the others
-// for that call (see Observer).
+// Observer together, say. Nil ones are skipped, nil pointers too (what a
+// constructor returns with its error). With none left it returns nil,
+// and nothing is measured. A panic of one skips the others for that call
+// (see Observer).
 func Observers(obs ...Observer) Observer {
 	var list observers
 	for _, o := range obs {
-		if o != nil {
+		if v := reflect.ValueOf(o); o != nil && (v.Kind() != reflect.Pointer || !v.IsNil()) {
 			list = append(list, o)
 		}
 	}

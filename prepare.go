@@ -28,7 +28,7 @@ const retryPreparation = time.Second
 // the steady state. It never calls PoolStats, which allocates.
 func (c *Client) unprepared(i int) bool {
 	nd := &c.nodes[i]
-	return nd.id != nil && !nd.id.known() || nd.pipe.ProbeDue()
+	return nd.id != nil && !nd.id.known() || nd.pipe.ProbeDue() || nd.shards != nil && !nd.shards.prepared()
 }
 
 // prepare does the masters' setup before an acquire's round starts. So
@@ -140,6 +140,9 @@ func (c *Client) startPreparation(i int, needed bool) <-chan struct{} {
 		nd.pipe.Probe(ctx)
 		if nd.id != nil {
 			_, _ = nd.id.get(ctx) // an error is left to the round's admit
+		}
+		if nd.shards != nil {
+			nd.shards.prepare(ctx)
 		}
 		p.mu.Lock()
 		p.done, p.ended = nil, time.Now()

@@ -220,12 +220,21 @@ type config struct {
 // master seen reaching a new run_id counts toward no new lock for the
 // longest TTL the Client asked for (ErrQuarantined).
 //
+// A *redis.ClusterClient master sends a lock's calls to the node that
+// serves its slot (MasterForKey), through that node's *redis.Client. The
+// node is the server: identified, waited for and quarantined as above. A
+// node that takes over a slot this Client used is quarantined too. A
+// MOVED, ASK, CLUSTERDOWN or TRYAGAIN reply counts as an error, and
+// reloads the slot map (ReloadState). Cleanups go through the
+// ClusterClient itself.
+//
 // To instrument the calls, add a go-redis hook (AddHook): it sees every
 // one. Overriding methods in a type that embeds a go-redis client does not
 // work. redlock calls its Process and Pipeline where it has them, so an
 // overridden Eval or EvalSha sees only some calls. Besides scripts,
 // redlock calls Info, Pipelined and PoolStats to identify a *redis.Client,
-// and Subscribe for wake-on-release. A script followed by WAIT goes out
+// and Subscribe for wake-on-release. A cluster's hooks see only the
+// cleanups: the rounds go through its node clients. A script followed by WAIT goes out
 // through Pipeline, also when sent alone.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
@@ -303,6 +312,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		pipe := pipeline.New(client, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n))
 		pipe.UseFunctions(functions)
 		c.nodes[i] = node{name: name, client: client, timeout: c.masterTimeout, id: newIDCache(client, &c.longest), pipe: pipe, prep: &preparation{}}
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			c.nodes[i].shards = newShards(cc, lateCallFactor*c.masterTimeout, pipeline.LanesPerMaster(n), &c.longest)
+		}
 	}
 	c.ordered = !slices.ContainsFunc(c.nodes, func(n node) bool { return !n.pipe.Ordered() })
 	qm := make([]quorum.Master, n)
@@ -310,6 +322,9 @@ func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 		qm[i] = quorum.Master{Client: c.nodes[i].client, Pipe: c.nodes[i].pipe}
 		if id := c.nodes[i].id; id != nil { // a nil *idCache would be a non-nil Identity
 			qm[i].ID = id
+		}
+		if sh := c.nodes[i].shards; sh != nil {
+			qm[i].Route = sh
 		}
 	}
 	c.engine = quorum.New(quorum.Config{
@@ -483,7 +498,7 @@ func (c *Client) shutDown() {
 		defer close(pipes)
 		var wg sync.WaitGroup
 		for i := range c.nodes {
-			wg.Go(c.nodes[i].pipe.Close)
+			wg.Go(func() { c.nodes[i].close(false) })
 		}
 		wg.Wait()
 	}()
@@ -503,7 +518,7 @@ func (c *Client) shutDown() {
 func (c *Client) abortPipes() {
 	var wg sync.WaitGroup
 	for i := range c.nodes {
-		wg.Go(c.nodes[i].pipe.Abort)
+		wg.Go(func() { c.nodes[i].close(true) })
 	}
 	wg.Wait()
 }

@@ -65,7 +65,10 @@ func (c *Client) Resume(ctx context.Context, key, owner string, ttl time.Duratio
 		return nil, err
 	}
 	m := exclusiveMode
-	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...)}, ttl: ttl}
+	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: c.nonce(nonce), keys: pipeline.NewKeys(m.keys(c.prefix, key)...)}, ttl: ttl}
+	if c.observer != nil { // as an acquired Lock's (see lockID.origin)
+		l.origin = context.WithoutCancel(ctx)
+	}
 	l.box()
 	l.mu.Lock()
 	defer l.mu.Unlock()

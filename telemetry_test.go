@@ -198,3 +198,68 @@ func TestHolderGoesWithTheNonce(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidArgument, "%q", bad)
 	}
 }
+
+// TestOutcomeContendedOnlyWhereRefusalsDecide: an acquire is contended
+// only where the refusals alone left too few masters for a quorum. Where
+// failing, silent or held-back masters would have made one, the failure
+// is theirs. A refusal that says the Lock does not hold the lock (a
+// re-entry, resume or fence round) is no contention either.
+func TestOutcomeContendedOnlyWhereRefusalsDecide(t *testing.T) {
+	ctx := context.Background()
+	fs := fakes(5)
+	c := newFakeClient(t, fs, &Options{MasterTimeout: 50 * time.Millisecond})
+	// Another owner holds "k" on one master; two masters fail.
+	fs[0].set("{k}", "thief")
+	for _, f := range fs[3:] {
+		f.mu.Lock()
+		f.err = errors.New("ERR boom")
+		f.mu.Unlock()
+	}
+	_, err := c.Acquire(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.Equal(t, "no_quorum", Outcome(err), "the failing masters cost the lock: %v", err)
+
+	q := func(op string, ms ...MasterResult) *QuorumError {
+		e := &QuorumError{Op: op, Key: "k", Quorum: len(ms)/2 + 1, sentinel: ErrNotObtained, Masters: ms}
+		for _, m := range ms {
+			if m.Agreed {
+				e.Agreed++
+			}
+		}
+		e.held = e.heldBack()
+		return e
+	}
+	agreed, elsewhere, notHeld := MasterResult{Agreed: true}, MasterResult{Err: ErrHeldElsewhere}, MasterResult{Err: ErrNotHeld}
+	for _, tc := range []struct {
+		name string
+		err  *QuorumError
+		want string
+	}{
+		{"two silent of five", q("acquire", agreed, agreed, elsewhere, MasterResult{Err: ErrMasterSilent}, MasterResult{Err: ErrMasterTimeout}), "no_quorum"},
+		{"an agreement undone", q("acquire", agreed, elsewhere, MasterResult{Err: errAgreedLate}), "no_quorum"},
+		{"held back", q("acquire", agreed, elsewhere, MasterResult{Err: ErrNotReplicated}), "no_quorum"},
+		{"quarantined", q("acquire", agreed, elsewhere, MasterResult{Err: ErrQuarantined}), "no_quorum"},
+		{"withdrawn", q("acquire", agreed, elsewhere, MasterResult{Err: ErrWithdrawn}), "no_quorum"},
+		{"refusals decide", q("acquire", agreed, elsewhere, elsewhere, MasterResult{Err: ErrMasterTimeout}, elsewhere), "contended"},
+		{"a refused re-entry", q("acquire", agreed, notHeld, notHeld), "not_held"},
+		{"a refused resume", q("resume", notHeld, notHeld, MasterResult{Err: ErrMasterTimeout}), "not_held"},
+		{"a refused fence", q("fence", agreed, notHeld, notHeld), "not_held"},
+	} {
+		assert.Equal(t, tc.want, Outcome(tc.err), "%s: %v", tc.name, tc.err)
+	}
+}
+
+// TestObserversSkipTypedNil: a nil pointer in an Observer, such as what
+// a constructor returns with its error, is skipped like a nil Observer.
+// Called, it would panic on every round, on the caller's goroutine.
+func TestObserversSkipTypedNil(t *testing.T) {
+	var broken *recorder // as from a failed otelredlock.New
+	a := &recorder{}
+	assert.Nil(t, Observers(broken))
+	assert.Same(t, a, Observers(broken, a))
+	c := newFakeClient(t, fakes(3), &Options{Observer: Observers(a, broken, nil)})
+	l, err := c.Acquire(context.Background(), "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
+	assert.Equal(t, []EventKind{EventAcquired, EventReleased}, a.kinds())
+}

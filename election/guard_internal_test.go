@@ -41,15 +41,20 @@ func guardClients(t *testing.T, n int) (*harness.Cluster, []*redlock.Client) {
 
 // TestGuardLossLetsTheLockGo: a leadership that ends by its guard while
 // its lock is still renewed (a renewal that lands late, a pause of the
-// process) must not keep the lock for ever. Here the guard is 7/10 of
-// the TTL, so it always fires before the first renewal (due with 7/12 to
-// 2/3 of the TTL left), which then moves the validity on. The user never
-// calls Resign. Another candidate must still lead: at the latest when the
-// validity the guard saw runs out, 0.7 TTL after the guard fired. 3 TTLs
-// is the bound; it takes about 1.5s on an idle machine.
+// process) must not keep the lock for ever. The user never calls
+// Resign. Here three masters are paused once Campaign returns, so no
+// renewal can move the validity: the guard (7/10 of the TTL) fires at
+// most 0.3 TTL after the last renewal that landed, 0.6s. Done gets 2
+// TTLs, for a late timer. The masters are resumed then, with about 1.4s
+// of validity left. Renewal gives up only with 0.3s left (a retry and
+// MasterTimeout), so a retry lands first and keeps the lock; where it
+// does not, the lock is lost, and the test passes without proving much.
+// Another candidate must still lead, at the latest when the validity the
+// guard saw runs out, 0.7 TTL after the guard fired; 3 TTLs is the
+// bound. Without the let-go, the lock keeps it out for good.
 func TestGuardLossLetsTheLockGo(t *testing.T) {
 	ctx := t.Context()
-	_, clients := guardClients(t, 2)
+	cl, clients := guardClients(t, 2)
 	a, err := New(clients[0], t.Name(), &Options{TTL: guardTTL})
 	require.NoError(t, err)
 	a.guard = 7 * guardTTL / 10
@@ -58,10 +63,21 @@ func TestGuardLossLetsTheLockGo(t *testing.T) {
 
 	la, err := a.Campaign(ctx, "a")
 	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, cl.Masters[i].Pause(ctx))
+	}
+	t.Cleanup(func() {
+		for i := range 3 {
+			_ = cl.Masters[i].Resume(context.Background())
+		}
+	})
 	select {
 	case <-la.Done():
-	case <-time.After(guardTTL):
+	case <-time.After(2 * guardTTL):
 		t.Fatal("the guard did not end the leadership")
+	}
+	for i := range 3 {
+		require.NoError(t, cl.Masters[i].Resume(ctx))
 	}
 	require.ErrorIs(t, la.Err(), ErrLost)
 	ended := time.Now()
@@ -70,7 +86,7 @@ func TestGuardLossLetsTheLockGo(t *testing.T) {
 	defer cancel()
 	lb, err := b.Campaign(wait, "b")
 	require.NoError(t, err, "the lost leadership's lock kept every other candidate out")
-	t.Logf("next leader %v after the guard", time.Since(ended))
+	t.Logf("next leader %v after the guard; a's lock held: %v", time.Since(ended), la.lock.Held())
 	assert.Greater(t, lb.Epoch(), la.Epoch())
 	require.NoError(t, lb.Resign(ctx))
 	assert.NoError(t, la.Resign(ctx), "nothing left to release")

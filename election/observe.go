@@ -38,8 +38,9 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 
 // observer is Observe's state.
 type observer struct {
-	e  *Election
-	ch chan<- LeaderInfo
+	e    *Election
+	ch   chan<- LeaderInfo
+	read func(ctx context.Context, after string, count int) *reading // e.read
 	// pos is the last entry of the history reported or passed over. Reads
 	// go on after it.
 	pos     link.Entry
@@ -53,7 +54,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 	defer close(ch)
 	w := hooks.NewWaker(e.client, e.name, true, time.Time{})
 	defer w.Close()
-	o := &observer{e: e, ch: ch}
+	o := &observer{e: e, ch: ch, read: e.read}
 	delay := e.opts.MinRetryDelay
 	poll := max(e.opts.TTL/4, e.opts.MinRetryDelay)
 	for ctx.Err() == nil {
@@ -84,12 +85,11 @@ func (e *Election) observe(ctx context.Context, ch chan<- LeaderInfo) {
 // long to wait for the next read (0: at once), or false where too few
 // masters answered.
 func (o *observer) step(ctx context.Context) (time.Duration, bool) {
-	e := o.e
 	after := ""
 	if o.started {
 		after = o.pos.ID()
 	}
-	r := e.read(ctx, after, readBatch)
+	r := o.read(ctx, after, readBatch)
 	if r.answered < r.quorum {
 		o.closed = r.answered == 0 && len(r.errs) > 0 && errors.Is(r.errs[0], redlock.ErrClosed)
 		return 0, false
@@ -110,6 +110,7 @@ func (o *observer) step(ctx context.Context) (time.Duration, bool) {
 			return 0, true
 		}
 	}
+	fresh := false // the leader reported last was first seen by this read
 	for _, en := range r.entries {
 		o.pos = en
 		switch {
@@ -125,6 +126,7 @@ func (o *observer) step(ctx context.Context) (time.Duration, bool) {
 			if r.holder != nil && r.holder.epoch == en.Epoch {
 				info.Until = r.holder.until
 			}
+			fresh = fresh || o.cur.Vacant || o.cur.Epoch != en.Epoch
 			o.send(ctx, info)
 		}
 		if ctx.Err() != nil {
@@ -138,11 +140,19 @@ func (o *observer) step(ctx context.Context) (time.Duration, bool) {
 		return o.e.opts.TTL, true // the poll bounds it
 	}
 	// The leader reported last: still holding, or gone?
-	if h := r.holder; h != nil && h.epoch == o.cur.Epoch {
+	h := r.holder
+	if h != nil && h.epoch == o.cur.Epoch {
 		o.cur.Until = h.until
 		return max(time.Until(h.until), o.e.opts.MinRetryDelay), true
 	}
-	if r.vacant || r.holder != nil {
+	// The masters answer a read at different instants. Those that
+	// answered before a new leader's acquire show no lock, or an older
+	// one. So only a later leader's lock proves it gone in the read that
+	// first showed it. The next read, sent after its acquire, tells.
+	if fresh && (h == nil || h.epoch < o.cur.Epoch) {
+		return o.e.opts.MinRetryDelay, true
+	}
+	if r.vacant || h != nil {
 		o.vacate(ctx, o.cur.Epoch)
 	}
 	return o.e.opts.MinRetryDelay, true

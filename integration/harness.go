@@ -22,6 +22,11 @@ type (
 	Cluster = harness.Cluster
 	// ProcessOptions configures StartProcesses.
 	ProcessOptions = harness.ProcessOptions
+	// RedisCluster is a Redis Cluster of local processes, one Redlock
+	// master with shards.
+	RedisCluster = harness.RedisCluster
+	// RedisClusterOptions configures StartRedisCluster.
+	RedisClusterOptions = harness.RedisClusterOptions
 )
 
 var (
@@ -36,6 +41,11 @@ var (
 // StartProcesses starts n redis-server processes; see harness.StartProcesses.
 func StartProcesses(ctx context.Context, n int, opts ProcessOptions) (*Cluster, error) {
 	return harness.StartProcesses(ctx, n, opts)
+}
+
+// StartRedisCluster starts a Redis Cluster; see harness.StartRedisCluster.
+func StartRedisCluster(ctx context.Context, opts RedisClusterOptions) (*RedisCluster, error) {
+	return harness.StartRedisCluster(ctx, opts)
 }
 
 // MasterOptions returns go-redis options for a Redlock master at addr; see

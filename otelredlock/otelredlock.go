@@ -12,7 +12,7 @@
 //	redlock.locks.lost         counter        locks lost before their release
 //	redlock.renewal.failures   counter        failed auto-renewal rounds
 //	redlock.master.duration    histogram, s   one master's answer [redlock.master, redlock.op, redlock.result]
-//	redlock.master.errors      counter        masters that failed or timed out [redlock.master, redlock.op]
+//	redlock.master.errors      counter        masters that failed, timed out or are silent [redlock.master, redlock.op]
 //
 // redlock.outcome is redlock.Outcome of the error: "ok", "contended" (the
 // lock is held elsewhere), "canceled" and "closed" are no failures;
@@ -109,7 +109,7 @@ func New(opts *Options) (*Observer, error) {
 	o.master = hist("redlock.master.duration", "Time one master took to answer a round.")
 	o.lost = count("redlock.locks.lost", "Locks lost before their release.")
 	o.renewFails = count("redlock.renewal.failures", "Failed auto-renewal rounds.")
-	o.errors = count("redlock.master.errors", "Masters that failed or did not answer a round in time.")
+	o.errors = count("redlock.master.errors", "Masters that failed, did not answer a round in time, or stopped answering.")
 	o.noQuorum = count("redlock.wait.no_quorum", "Blocking Locks that began to find too few masters answering.")
 	held, err := m.Int64UpDownCounter("redlock.locks.held", metric.WithDescription("Locks acquired and not yet released or lost."))
 	o.held = held
@@ -150,6 +150,8 @@ func result(m redlock.MasterResult) string {
 		return "refused"
 	case errors.Is(m.Err, redlock.ErrWithdrawn):
 		return "withdrawn"
+	case errors.Is(m.Err, redlock.ErrMasterSilent):
+		return "error" // it stopped answering: rounds go on without it
 	case errors.Is(m.Err, redlock.ErrNoReply), errors.Is(m.Err, context.Canceled), errors.Is(m.Err, context.DeadlineExceeded):
 		return "pending" // not heard before the decision: no fault of the master's
 	}

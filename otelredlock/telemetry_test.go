@@ -277,3 +277,31 @@ func TestMastersDownWarnOncePerEpisode(t *testing.T) {
 	assert.Contains(t, warnings[0]["error"], cluster.Addrs()[0], "the error names the masters")
 	assert.Equal(t, int64(1), sum(t, collect(t, tm.reader)["redlock.wait.no_quorum"]))
 }
+
+// TestSilentMasterIsAMasterError: a master that stopped answering
+// (redlock.ErrMasterSilent) is a master error each round, as a timeout
+// is. Rounds decide without it and succeed: its errors are then the only
+// sign that it is down. One not heard before the decision, or withdrawn,
+// is none.
+func TestSilentMasterIsAMasterError(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := otelredlock.New(&otelredlock.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	require.NoError(t, err)
+	for range 3 {
+		obs.ObserveRound(t.Context(), redlock.Round{Op: "acquire", Key: "k", Start: time.Now(), Masters: []redlock.MasterResult{
+			{Master: "a:1", Agreed: true, Latency: time.Millisecond},
+			{Master: "b:1", Agreed: true, Latency: time.Millisecond},
+			{Master: "c:1", Err: redlock.ErrMasterSilent},
+			{Master: "d:1", Err: redlock.ErrNoReply},
+			{Master: "e:1", Err: redlock.ErrWithdrawn},
+		}})
+	}
+	errs, ok := collect(t, reader)["redlock.master.errors"].(metricdata.Sum[int64])
+	require.True(t, ok, "no master errors recorded")
+	byMaster := map[string]int64{}
+	for _, p := range errs.DataPoints {
+		v, _ := p.Attributes.Value("redlock.master")
+		byMaster[v.AsString()] += p.Value
+	}
+	assert.Equal(t, map[string]int64{"c:1": 3}, byMaster)
+}

@@ -2,7 +2,8 @@
 // Redis binary: NewMasters starts N in-process servers that speak the Redis
 // protocol (github.com/alicebob/miniredis/v2) and run redlock's real Lua
 // scripts, with keys expiring in real time, and returns them with go-redis
-// clients, all closed by t.Cleanup.
+// clients, all closed by t.Cleanup. StartMasters starts them outside a
+// test, for a program (the redlock demo) that closes them itself.
 //
 //	masters := redlocktest.NewMasters(t, 5)
 //	client, err := redlock.New(redlocktest.Clients(masters),
@@ -71,10 +72,28 @@ func NewMasters(t testing.TB, n int) []*Master {
 		if err != nil {
 			t.Fatalf("redlocktest: %v", err)
 		}
-		t.Cleanup(m.close)
+		t.Cleanup(m.Close)
 		ms[i] = m
 	}
 	return ms
+}
+
+// StartMasters starts n masters, named m0, m1, ..., outside a test: a
+// program such as a demo, which stops each one with Close. It returns an
+// error if one cannot start, having stopped those already started.
+func StartMasters(n int) ([]*Master, error) {
+	ms := make([]*Master, 0, n)
+	for i := range n {
+		m, err := start(fmt.Sprintf("m%d", i))
+		if err != nil {
+			for _, m := range ms {
+				m.Close()
+			}
+			return nil, fmt.Errorf("redlocktest: %w", err)
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
 }
 
 // Clients returns each master's go-redis client (see Master.Client).
@@ -396,9 +415,12 @@ func (m *Master) pipe(dst, src net.Conn, reply bool) {
 	}
 }
 
-// close stops everything the master started: the client, the proxy and
-// its connections, and the server.
-func (m *Master) close() {
+// Close stops the master for good: its client, the proxy and its
+// connections, and the server. Restart fails after it. NewMasters's
+// cleanup calls it; a master from StartMasters needs a call. It blocks
+// until every connection's goroutine is done. Calling it again does
+// nothing more.
+func (m *Master) Close() {
 	_ = m.client.Close()
 	m.mu.Lock()
 	m.closing = true

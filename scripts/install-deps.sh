@@ -9,7 +9,8 @@
 # start their own masters on free ports, and nothing should be left
 # listening on 6379.
 #
-# `install-deps.sh redis-server` installs only redis-server: all the demo needs.
+# `install-deps.sh redis-server` installs only redis-server: what the demo
+# needs to run on real masters (without it, it runs on in-process ones).
 set -euo pipefail
 
 only_redis=0

@@ -18,6 +18,7 @@ import (
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/internal/harness"
 	"github.com/go-redlock/redlock/mutex"
+	"github.com/go-redlock/redlock/redlocktest"
 )
 
 // Tunables of the demo that are not flags.
@@ -40,7 +41,8 @@ type config struct {
 	key      string
 
 	// masters are running masters to use, with no faults injected; when
-	// empty, run starts localMasters processes and injects faults.
+	// empty, run starts localMasters masters and injects faults: processes
+	// of redis-server where it is in PATH, else in-process ones.
 	masters []string
 	// cluster, if not nil, is used instead of starting masters (tests); run
 	// injects faults into it but does not close it.
@@ -73,12 +75,16 @@ type masterSet struct {
 	clients []*redis.Client
 	cluster *harness.Cluster // nil for -masters: no fault injection
 	started bool             // openMasters started them and printed each one
-	close   func() error
+	// inProcess: they are redlocktest's, which Verify cannot identify
+	// (miniredis's INFO has no run_id), and faults act as signals would.
+	inProcess bool
+	close     func() error
 }
 
 // openMasters starts, adopts or dials the masters of cfg, printing progress
-// to out. Starting is bounded by ctx.
-func openMasters(ctx context.Context, cfg config, out *lineWriter) (*masterSet, error) {
+// to out. It starts redis-server processes from bin, or in-process masters
+// if bin is "". Starting is bounded by ctx.
+func openMasters(ctx context.Context, cfg config, bin string, out *lineWriter) (*masterSet, error) {
 	switch {
 	case cfg.cluster != nil:
 		c := cfg.cluster
@@ -100,8 +106,10 @@ func openMasters(ctx context.Context, cfg config, out *lineWriter) (*masterSet, 
 			return errors.Join(errs...)
 		}
 		return ms, nil
+	case bin == "":
+		return startInProcess(localMasters, out)
 	default:
-		c, err := startLocal(ctx, localMasters, out)
+		c, err := startLocal(ctx, bin, localMasters, out)
 		if err != nil {
 			return nil, err
 		}
@@ -120,15 +128,34 @@ func clusterSet(c *harness.Cluster, desc string) *masterSet {
 	return ms
 }
 
-// startLocal starts n redis-server masters one after the other and prints
-// each as it answers, so that the wait is visible. Each start is bounded by
-// ctx and by harness.StartTimeout. On failure the masters already started
-// are stopped.
-func startLocal(ctx context.Context, n int, out *lineWriter) (_ *harness.Cluster, err error) {
-	bin, err := exec.LookPath("redis-server")
+// startInProcess starts n in-process masters (package redlocktest), for a
+// machine without redis-server, and prints each. They take the same faults
+// as processes: Kill, Restart, Pause and Resume act on their proxies.
+func startInProcess(n int, out *lineWriter) (*masterSet, error) {
+	out.printf("starting %d in-process masters...\n", n)
+	began := time.Now()
+	rms, err := redlocktest.StartMasters(n)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", harness.ErrNoRedisServer, err)
+		return nil, fmt.Errorf("starting masters: %w", err)
 	}
+	masters := make([]harness.Master, n)
+	closers := make([]func() error, n)
+	for i, m := range rms {
+		masters[i] = m
+		closers[i] = func() error { m.Close(); return nil }
+		out.printf("  %s %s up (%v)\n", m.Name(), m.Addr(), time.Since(began).Round(time.Millisecond))
+	}
+	c := harness.New(masters, closers...)
+	ms := clusterSet(c, fmt.Sprintf("%d in-process masters", n))
+	ms.started, ms.inProcess, ms.close = true, true, c.Close
+	return ms, nil
+}
+
+// startLocal starts n redis-server masters from bin one after the other
+// and prints each as it answers, so that the wait is visible. Each start
+// is bounded by ctx and by harness.StartTimeout. On failure the masters
+// already started are stopped.
+func startLocal(ctx context.Context, bin string, n int, out *lineWriter) (_ *harness.Cluster, err error) {
 	out.printf("starting %d masters (%s)...\n", n, redisVersion(ctx, bin))
 	masters := make([]harness.Master, 0, n)
 	var closers []func() error // one per master: each is a cluster of its own
@@ -177,6 +204,15 @@ func redisVersion(ctx context.Context, bin string) string {
 		}
 	}
 	return "redis-server"
+}
+
+// signal names how a fault reaches the masters: sig for processes; an
+// in-process master's proxy acts as the signal would.
+func (ms *masterSet) signal(sig string) string {
+	if ms.inProcess {
+		return "as " + sig + " would"
+	}
+	return sig
 }
 
 // pingResult is one master's answer to a PING.
@@ -269,9 +305,17 @@ func run(ctx context.Context, cfg config, out io.Writer) (_ summary, err error) 
 		return summary{}, err
 	}
 	w := &lineWriter{w: out}
+	bin := "" // redis-server, when run starts the masters: "" starts them in-process
+	if cfg.cluster == nil && len(cfg.masters) == 0 {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			bin = ""
+			w.printf("redlock demo: redis-server is not in PATH: running on %d in-process masters "+
+				"(package redlocktest); `make deps` installs redis-server for real ones\n", localMasters)
+		}
+	}
 	w.printf("redlock demo: %d workers, each with its own client, compete for lock key %q (ttl %v) for %v\n",
 		cfg.workers, cfg.key, cfg.ttl, cfg.duration)
-	ms, err := openMasters(ctx, cfg, w)
+	ms, err := openMasters(ctx, cfg, bin, w)
 	if err != nil {
 		return summary{}, err
 	}
@@ -326,7 +370,14 @@ func (d *demo) prepare(ctx context.Context) error {
 	defer cancel()
 	// Independent masters only: a replica, or one server given twice, would
 	// count twice toward a quorum. A master that is down may still be fine.
-	switch err := client.Verify(ctx); {
+	// In-process masters are distinct by construction, and unidentifiable.
+	if !d.ms.inProcess { // err is nil here
+
+		err = client.Verify(ctx)
+	}
+	switch {
+	case d.ms.inProcess:
+		d.out.printf("%d independent masters: each a server of its own in this process\n", len(d.ms.clients))
 	case errors.Is(err, redlock.ErrSameServer) || errors.Is(err, redlock.ErrReplica):
 		return fmt.Errorf("the masters are not independent masters: %w", err)
 	case err != nil:
@@ -443,9 +494,9 @@ func (d *demo) nemesis(ctx context.Context) error {
 	if err := victim.Kill(ctx); err != nil {
 		return failed("kill", victim, err)
 	}
-	d.event("kill %s (%s, SIGKILL): its keys are lost; restart in %v, longer than the %v TTL "+
+	d.event("kill %s (%s, %s): its keys are lost; restart in %v, longer than the %v TTL "+
 		"(Redlock: a master without persistence stays down longer than the longest TTL)",
-		victim.Name(), victim.Addr(), downFor, d.cfg.ttl)
+		victim.Name(), victim.Addr(), d.ms.signal("SIGKILL"), downFor, d.cfg.ttl)
 	if !sleep(ctx, downFor) {
 		return nil
 	}
@@ -459,7 +510,7 @@ func (d *demo) nemesis(ctx context.Context) error {
 	}
 	err := frozen.Pause(ctx)
 	if err == nil {
-		d.event("pause %s (%s, SIGSTOP) for %v", frozen.Name(), frozen.Addr(), pauseFor)
+		d.event("pause %s (%s, %s) for %v", frozen.Name(), frozen.Addr(), d.ms.signal("SIGSTOP"), pauseFor)
 		sleep(ctx, pauseFor)
 	}
 	// Resume even if Pause failed or ctx ended: the signal may have landed.
@@ -469,7 +520,7 @@ func (d *demo) nemesis(ctx context.Context) error {
 	if err != nil {
 		return failed("pause", frozen, err)
 	}
-	d.event("resume %s (SIGCONT)", frozen.Name())
+	d.event("resume %s (%s)", frozen.Name(), d.ms.signal("SIGCONT"))
 	return nil
 }
 

@@ -158,3 +158,28 @@ func TestCLI(t *testing.T) {
 		assert.False(t, strings.Contains(stdout.String(), "--- summary ---"), "%q", tc.args)
 	}
 }
+
+// TestDemoWithoutRedisServer runs the demo as a user without redis-server
+// would: PATH holds nothing, so it runs on in-process masters, says so
+// first, injects the same faults and passes its own checks.
+func TestDemoWithoutRedisServer(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	code := cli([]string{"demo", "-workers", "3", "-duration", "3s", "-ttl", "500ms"}, &stdout, &stderr)
+	t.Logf("demo output:\n%s%s", stdout.String(), stderr.String())
+	require.Equal(t, 0, code, "the demo's own checks failed")
+
+	text := stdout.String()
+	first, _, _ := strings.Cut(text, "\n")
+	assert.Equal(t, "redlock demo: redis-server is not in PATH: running on 5 in-process masters "+
+		"(package redlocktest); `make deps` installs redis-server for real ones", first)
+	assert.Contains(t, text, "running on 5 in-process masters: ")
+	assert.NotContains(t, text, "not verified", "in-process masters need no Verify")
+	for _, event := range []string{"EVENT t=", "kill m2 (", "restart m2", "pause m4 (", "resume m4"} {
+		assert.Contains(t, text, event)
+	}
+	assert.Regexp(t, `(?m)^overlaps +0$`, text)
+	assert.Regexp(t, `(?m)^lost updates +0 `, text)
+	assert.Contains(t, text, "result           PASS")
+	assert.Empty(t, stderr.String())
+}

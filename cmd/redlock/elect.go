@@ -62,7 +62,8 @@ func electCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "observe: the election's TTL; the history is read again every quarter of it, should a change go unheard")
 	fs.DurationVar(&c.masterTimeout, "master-timeout", redlock.DefaultMasterTimeout, "redlock.Options.MasterTimeout")
 	fs.BoolVar(&c.json, "json", false, "print JSON (observe: one object per line)")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseArgs(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -77,10 +78,10 @@ func electCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch {
 	case len(c.masters) == 0:
 		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
-	case fs.NArg() != 1:
-		return usage("want one NAME, got %d arguments", fs.NArg())
+	case len(pos) != 1:
+		return usage("want one NAME, got %d arguments", len(pos))
 	}
-	c.election = fs.Arg(0)
+	c.election = pos[0]
 	client, closeClient, err := newClient(c.masters, c.prefix, c.masterTimeout)
 	if err != nil {
 		return usage("%v", err)

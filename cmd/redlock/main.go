@@ -8,14 +8,17 @@
 //	redlock run -masters host:port,... -elect NAME [-value V] [-ttl 10s] [-grace 5s] -- CMD [ARGS...]
 //	redlock leader|observe [-json] -masters host:port,... NAME
 //
+// Flags may also follow KEY or NAME; after "--" everything is an argument.
+//
 // The demo runs workers that each own a redlock.Client and compete for one
 // key, checks that their critical sections never overlap and that no update
 // of a shared counter is lost, and, on masters it starts itself, kills,
-// restarts and pauses masters meanwhile. It prints each master as it comes
-// up, a status line every second, and a summary with a legend of its
-// counters. It exits 1 if an overlap or a lost
-// update was seen, the lock was never acquired or the run failed, and 2 on
-// a usage error or when redis-server is missing.
+// restarts and pauses masters meanwhile. It starts redis-server processes
+// where redis-server is in PATH, else in-process masters (package
+// redlocktest), and its first line says so. It prints each master as it
+// comes up, a status line every second, and a summary with a legend of its
+// counters. It exits 1 if an overlap or a lost update was seen, the lock
+// was never acquired or the run failed, and 2 on a usage error.
 package main
 
 import (
@@ -30,9 +33,10 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/go-redlock/redlock/internal/harness"
 )
+
+// commands are the subcommands, as the unknown-command error lists them.
+const commands = "demo, inspect, watch, release, verify, run, leader, observe"
 
 const usage = `usage: redlock demo [flags]
        redlock inspect|watch|release|verify [flags] [KEY]   (redlock inspect -h)
@@ -78,18 +82,27 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long the workers run")
 	fs.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "lock TTL")
 	fs.StringVar(&masters, "masters", "", "comma-separated host:port of running masters to use instead of starting five local ones (no faults are injected)")
-	if len(args) == 0 || args[0] != "demo" {
+	switch {
+	case len(args) == 0:
+		fs.Usage()
+		return 2
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
+		fs.Usage()
+		return 0
+	case args[0] != "demo":
+		fmt.Fprintf(stderr, "redlock: unknown command %q; the commands are %s\n\n", args[0], commands)
 		fs.Usage()
 		return 2
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	rest, err := parseArgs(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "redlock demo: unexpected arguments %q\n", fs.Args())
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "redlock demo: unexpected arguments %q\n", rest)
 		return 2
 	}
 	for m := range strings.SplitSeq(masters, ",") {
@@ -108,12 +121,6 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	sum, err := run(ctx, cfg, stdout)
 	switch {
-	case errors.Is(err, harness.ErrNoRedisServer):
-		fmt.Fprintf(stderr, "redlock demo: %v\n\n"+
-			"The demo starts five local redis-server processes. Install Redis with\n"+
-			"    sudo apt-get install -y redis-server\n"+
-			"or `make deps`, or use running masters with -masters host:port,...\n", err)
-		return 2
 	case err != nil:
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return 1
@@ -122,6 +129,47 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseArgs parses args with fs, taking flags after positional arguments
+// as well as before them ("release KEY -force"), and returns the positional
+// ones in order. Everything after "--" is positional. Errors are fs.Parse's.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs.Parse consumes a "--" it stops at, and not a positional
+		// argument; a "--" that it consumed as a flag's value is neither.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" && !takesValue(fs, args[:n-1]) {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// takesValue reports whether the last of args is a flag of fs that takes
+// the next argument as its value: "-name", not "-name=v", nor a boolean.
+func takesValue(fs *flag.FlagSet, args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	name := strings.TrimLeft(args[len(args)-1], "-")
+	if len(name) == len(args[len(args)-1]) || strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 // quietLogger drops go-redis's internal log messages.

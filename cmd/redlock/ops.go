@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,7 +82,8 @@ func opsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.force, "force", false, "release: required; the lock is deleted whoever holds it")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "verify: the shortest TTL the clients use")
 	fs.Float64Var(&c.drift, "drift", 0.01, "verify: the clients' redlock.Options.DriftFactor")
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseArgs(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -100,10 +102,10 @@ func opsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(c.masters) == 0:
 		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
-	case wantKey && fs.NArg() != 1:
-		return usage("want one KEY, got %d arguments", fs.NArg())
-	case !wantKey && fs.NArg() != 0:
-		return usage("unexpected arguments %q", fs.Args())
+	case wantKey && len(pos) != 1:
+		return usage("want one KEY, got %d arguments", len(pos))
+	case !wantKey && len(pos) != 0:
+		return usage("unexpected arguments %q", pos)
 	case c.name == "release" && !c.force:
 		return usage("release deletes the lock whoever holds it: add -force")
 	case c.timeout <= 0 || c.interval <= 0:
@@ -113,7 +115,9 @@ func opsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case c.ttl <= 0 || c.drift < 0 || c.drift >= 1:
 		return usage("-ttl %v must be positive and -drift %v in [0, 1)", c.ttl, c.drift)
 	}
-	c.key = fs.Arg(0)
+	if wantKey {
+		c.key = pos[0]
+	}
 	for _, addr := range c.masters {
 		c.clients = append(c.clients, redis.NewClient(harness.MasterOptions(addr)))
 	}
@@ -123,7 +127,6 @@ func opsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	var err error
 	switch c.name {
 	case "inspect":
 		err = c.print(inspect(ctx, c.clients, c.masters, c.prefix, c.key, c.timeout))
@@ -322,9 +325,12 @@ func (c *opsCmd) verify(ctx context.Context) error {
 	// widest the true offsets can be apart.
 	var lo, hi int64
 	first := true
-	for _, cv := range r.Clocks {
+	for i, cv := range r.Clocks {
 		if cv.Error != "" {
-			r.Problems = append(r.Problems, fmt.Sprintf("master %s: TIME: %s", cv.Master, cv.Error))
+			// A master that Verify found unreachable is reported once.
+			if !reported(r.Problems, i) {
+				r.Problems = append(r.Problems, fmt.Sprintf("master %s: TIME: %s", cv.Master, cv.Error))
+			}
 			continue
 		}
 		low, high := cv.OffsetUs-cv.RTTUs/2, cv.OffsetUs+cv.RTTUs/2
@@ -364,9 +370,24 @@ func (c *opsCmd) verify(ctx context.Context) error {
 		}
 	}
 	if !r.OK {
-		return fmt.Errorf("%d problems", len(r.Problems))
+		return errors.New(plural(len(r.Problems), "problem"))
 	}
 	return nil
+}
+
+// reported reports whether one of problems, from Verify, is about master
+// i: Verify's read "redlock: master <i> (<name>): <problem>".
+func reported(problems []string, i int) bool {
+	prefix := fmt.Sprintf("redlock: master %d (", i)
+	return slices.ContainsFunc(problems, func(p string) bool { return strings.HasPrefix(p, prefix) })
+}
+
+// plural returns "1 problem", "2 problems".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // splitJoined returns the messages of the errors joined in err.

@@ -276,7 +276,9 @@ func PingThen(ctx context.Context, addr, more string, then func(*bufio.Reader) e
 	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
-	if _, err := io.WriteString(conn, "PING\r\n"+more); err != nil {
+	// PING as a RESP array, not inline: miniredis (package redlocktest)
+	// reads only arrays, and closes the connection on an inline command.
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n"+more); err != nil {
 		return err
 	}
 	r := bufio.NewReader(conn)

@@ -75,6 +75,7 @@ type Hooks[C, L any] interface {
 	// episode. err is the attempt's error; stalled says whether the
 	// previous attempts of the call are in such an episode. It returns
 	// whether this attempt is: an attempt that heard a quorum ends one.
+	// Without an Observer it does nothing and returns false.
 	ObserveAttempt(ctx context.Context, client C, key string, err error, stalled bool) bool
 }
 

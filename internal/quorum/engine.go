@@ -9,6 +9,7 @@ package quorum
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime/pprof"
 	"time"
 
@@ -42,6 +43,30 @@ type Master struct {
 	Client redis.Scripter // for cleanup retries, sent without the pipeline
 	Pipe   *pipeline.Pipeline
 	ID     Identity // nil: the server cannot be asked, and its agreements count
+	// Route, if not nil, spreads the master's keys over servers of their
+	// own. Each round's call then goes where Route sends its keys, and is
+	// judged by that server's identity. ID is unused. Cleanups still go
+	// through Pipe and Client, which must find the keys themselves.
+	Route Router
+}
+
+// Target is where a call goes: a server's pipeline and identity.
+type Target struct {
+	Pipe *pipeline.Pipeline
+	ID   Identity // nil: the server cannot be asked, and its agreements count
+}
+
+// Router sends the calls of a master whose keys live on several servers
+// to the server that holds them. Its methods do not block. It is safe for
+// concurrent use.
+type Router interface {
+	// Route returns where a call on keys goes. An error says that is
+	// unknown: the call is answered with it, unsent. It must match
+	// pipeline.ErrNotSent.
+	Route(keys pipeline.Keys) (Target, error)
+	// Answered learns the outcome of a call Route sent to t: its error,
+	// or nil. An error may say the route went stale.
+	Answered(t Target, err error)
 }
 
 // Identity tells which server a master reaches, so that a replica does
@@ -81,6 +106,43 @@ type Durability interface {
 	Unreplicated(acked, replicas int, cause error) error
 }
 
+// target is a Target with its durability, where its identity has one.
+type target struct {
+	Target
+	durable Durability // nil where ID is not one
+}
+
+func newTarget(t Target) target {
+	d, _ := t.ID.(Durability)
+	return target{Target: t, durable: d}
+}
+
+// route returns where master i's call on keys goes. A master that does
+// not route always has the same target. An error matches
+// pipeline.ErrNotSent.
+func (e *Engine) route(i int, keys pipeline.Keys) (target, error) {
+	r := e.masters[i].Route
+	if r == nil {
+		return e.targets[i], nil
+	}
+	t, err := r.Route(keys)
+	switch {
+	case err != nil && !errors.Is(err, pipeline.ErrNotSent):
+		return target{}, fmt.Errorf("%w: %w", pipeline.ErrNotSent, err)
+	case err != nil:
+		return target{}, err
+	}
+	return newTarget(t), nil
+}
+
+// answered tells master i's router, if any, the outcome of a call it
+// sent to t.
+func (e *Engine) answered(i int, t target, err error) {
+	if r := e.masters[i].Route; r != nil && t.Pipe != nil {
+		r.Answered(t.Target, err)
+	}
+}
+
 // Work counts the calls that closing waits for.
 type Work interface {
 	// Enter counts n calls, unless closed: then it reports false.
@@ -98,9 +160,9 @@ type Work interface {
 // Engine runs the rounds of one set of masters. It is safe for
 // concurrent use. Each cleaner and each timeouts queue has its own mutex.
 type Engine struct {
-	cfg      Config       // set by New, then never changed
-	masters  []Master     // set by New, then never changed
-	durable  []Durability // masters' IDs that are one, else nil; set by New
+	cfg      Config   // set by New, then never changed
+	masters  []Master // set by New, then never changed
+	targets  []target // each master's, unless it routes; set by New
 	cleaners []cleaner
 	// health tells which masters a round does not wait for. Set by New,
 	// then never changed; health itself is safe for concurrent use.
@@ -117,9 +179,9 @@ type Engine struct {
 func New(cfg Config, masters []Master) *Engine {
 	e := &Engine{cfg: cfg, masters: masters, cleaners: make([]cleaner, len(masters)), many: make([]manyState, len(masters))}
 	e.health = newHealth(len(masters), cfg.Quorum, cfg.MasterTimeout)
-	e.durable = make([]Durability, len(masters))
+	e.targets = make([]target, len(masters))
 	for i, m := range masters {
-		e.durable[i], _ = m.ID.(Durability)
+		e.targets[i] = newTarget(Target{Pipe: m.Pipe, ID: m.ID})
 	}
 	e.decisions.after = cfg.MasterTimeout
 	e.calls.after = LateCallFactor * cfg.MasterTimeout

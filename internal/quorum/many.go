@@ -139,9 +139,10 @@ func (ms *manyMaster) counts(item int) bool {
 // until it answers, and is not waited for. Its calls of one item are
 // sent; those of many are kept back (ErrSilent), but for a canary now
 // and then (see health). WAIT and ROLE follow the calls, and judge the
-// agreements, as in Do (see Engine.follow, judgeDurable). An agreement
+// agreements, as in Do (see follow, judgeDurable). An agreement
 // whose server must be asked who it is waits for it, once per master
-// and round, as in Do: a replica's does not count.
+// and round (per call where the master routes), as in Do: a replica's
+// does not count.
 // Validity is the caller's to judge from Start and Elapsed. Once the Work
 // is closed, DoMany sends nothing and returns ErrClosed.
 func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
@@ -222,17 +223,22 @@ func (e *Engine) DoMany(ctx context.Context, m *Many) (ManyOutcome, error) {
 
 // send sends call c to master i. Its answer is counted when it comes.
 func (r *manyRound) send(i int, c Call, running *sync.WaitGroup) {
-	ms := r.e.masters[i]
 	done := func() { // the answer is counted
 		running.Done()
 		r.e.cfg.Work.Leave(1)
 	}
-	opts := pipeline.Options{MustSend: true, Index: i}
 	var w written
-	w.target = r.e.follow(i, &opts, r.waitEnd)
+	t, err := r.e.route(i, c.Keys)
+	if err != nil {
+		r.answered(i, c, nil, err, w, done)
+		return
+	}
+	w.t = t
+	opts := pipeline.Options{MustSend: true, Index: i}
+	w.target = follow(t.durable, &opts, r.waitEnd)
 	w.role = opts.Role
 	if c.Items == 1 {
-		ms.Pipe.Go(r.ctx, c.Script, c.Keys, c.Args, opts, &manyCompletion{r: r, i: i, c: c, done: done, w: w})
+		t.Pipe.Go(r.ctx, c.Script, c.Keys, c.Args, opts, &manyCompletion{r: r, i: i, c: c, done: done, w: w})
 		return
 	}
 	if r.silent&(1<<i) != 0 && !r.e.health.mayShed(i) {
@@ -250,7 +256,7 @@ func (r *manyRound) send(i int, c Call, running *sync.WaitGroup) {
 		return
 	}
 	go func() {
-		vals, rep, err := ms.Pipe.RunValues(r.ctx, c.Script, c.Keys, c.Args, opts)
+		vals, rep, err := t.Pipe.RunValues(r.ctx, c.Script, c.Keys, c.Args, opts)
 		busy.Add(-1)
 		w.rep = rep
 		r.answered(i, c, vals, err, w, done)
@@ -267,8 +273,9 @@ const MaxManyCalls = 8
 var ErrBehind = fmt.Errorf("%w: %d calls of many items already under way to this master", pipeline.ErrNotSent, MaxManyCalls)
 
 // written is what followed a call's write, and what it asked: see
-// Engine.follow and judgeDurable.
+// follow and judgeDurable.
 type written struct {
+	t      target               // where the call went; zero if unsent
 	target int                  // the replicas WAIT asked for
 	role   bool                 // ROLE followed
 	rep    pipeline.Replication // what they told
@@ -303,10 +310,11 @@ func (r *manyRound) answered(i int, c Call, vals []int64, err error, w written, 
 	case answered(err) && h.misses[i].Load() != 0 && time.Now().Before(r.deadline):
 		h.heard(i) // the master answers in time again
 	}
+	r.e.answered(i, w.t, err)
 	if err == nil && len(vals) != c.Items {
 		err = errWrongCount
 	}
-	id := r.e.masters[i].ID
+	id := w.t.ID
 	if id == nil { // its agreements count: nothing to ask
 		r.count(i, c, vals, err, w, "", nil, true)
 		done()
@@ -321,17 +329,21 @@ func (r *manyRound) answered(i int, c Call, vals []int64, err error, w written, 
 	}
 	go func() {
 		pprof.SetGoroutineLabels(r.ctx)
-		server, verdict := r.ask(i)
+		server, verdict := r.ask(i, id)
 		r.count(i, c, vals, err, w, server, verdict, true)
 		done()
 	}()
 }
 
-// ask asks master i's server who it is, once in the round, under the
-// calls' context. Its other calls wait for the same answer.
-func (r *manyRound) ask(i int) (string, error) {
+// ask asks master i's server, id, who it is, under the calls' context.
+// It asks once in the round: the master's other calls wait for the same
+// answer. A master that routes has a server per call: each call asks.
+func (r *manyRound) ask(i int, id Identity) (string, error) {
+	if r.e.masters[i].Route != nil {
+		return id.Admit(r.ctx)
+	}
 	a := &r.asks[i]
-	a.once.Do(func() { a.server, a.verdict = r.e.masters[i].ID.Admit(r.ctx) })
+	a.once.Do(func() { a.server, a.verdict = id.Admit(r.ctx) })
 	return a.server, a.verdict
 }
 
@@ -339,8 +351,16 @@ func (r *manyRound) ask(i int) (string, error) {
 // known only where identified: an unknown one judges no agreement.
 func (r *manyRound) count(i int, c Call, vals []int64, err error, w written, server string, verdict error, identified bool) {
 	var kept error
-	if d := r.e.durable[i]; d != nil && verdict == nil && err == nil && anyApplied(vals) {
+	if d := w.t.durable; d != nil && verdict == nil && err == nil && anyApplied(vals) {
 		kept = judgeDurable(d, w.target, w.role, w.rep)
+	}
+	if r.e.masters[i].Route != nil {
+		// Its calls reach several servers: each call's server judges
+		// that call alone. None stands for the master in the round.
+		if verdict != nil {
+			kept = verdict
+		}
+		server, verdict = "", nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -67,6 +67,7 @@ type round struct {
 type slot struct {
 	r *round
 	i int
+	t target // where the call went; set by send
 	Answer
 	server string // the master's server, "" if unknown
 	// verdict is why an agreement does not count, as the server's
@@ -255,8 +256,8 @@ func (r *round) missedLocked(timedOut bool) uint64 {
 func (r *round) withdraw(elapsed time.Duration) {
 	behind := max(2*elapsed, r.e.cfg.MasterTimeout/20)
 	for i := range r.slots {
-		if !r.slots[i].read {
-			r.e.masters[i].Pipe.Withdraw(&r.group, behind)
+		if s := &r.slots[i]; !s.read && s.t.Pipe != nil {
+			s.t.Pipe.Withdraw(&r.group, behind)
 		}
 	}
 }
@@ -316,6 +317,12 @@ func (r *round) send(i int) {
 		s.Complete(0, ErrSilent)
 		return
 	}
+	t, err := r.e.route(i, sp.Keys)
+	if err != nil {
+		s.Complete(0, err)
+		return
+	}
+	s.t = t
 	opts := pipeline.Options{Index: i}
 	switch {
 	case sp.Send.Must:
@@ -328,10 +335,10 @@ func (r *round) send(i int) {
 	// since. A master known to have none, and whose server stays put,
 	// pays nothing.
 	if !sp.Lossy {
-		s.target = r.e.follow(i, &opts, r.waitEnd)
+		s.target = follow(t.durable, &opts, r.waitEnd)
 		s.role = opts.Role
 	}
-	r.e.masters[i].Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
+	t.Pipe.Go(r.ctx, sp.Script, sp.Keys, sp.Args, opts, s)
 }
 
 // Skipped learns that the call's pipeline answered it without asking the
@@ -351,7 +358,8 @@ func (s *slot) Complete(v int64, err error) {
 	if r.e.cfg.Timed {
 		s.latency = time.Since(r.start)
 	}
-	id := r.e.masters[i].ID
+	r.e.answered(i, s.t, err)
+	id := s.t.ID
 	switch {
 	case !s.Applied():
 	case id == nil:
@@ -390,7 +398,7 @@ func (s *slot) judge() {
 	if s.verdict != nil {
 		return
 	}
-	d := s.r.e.durable[s.i]
+	d := s.t.durable
 	if s.kept = s.durable(d); s.kept != nil {
 		return
 	}
@@ -438,13 +446,12 @@ func judgeDurable(d Durability, target int, role bool, rep pipeline.Replication)
 	return nil
 }
 
-// follow sets in opts what makes a write to master i durable: WAIT for
-// the replicas its server had, until waitEnd, then ROLE where the write
-// may reach replicas: it had some, or some may join unannounced. It
-// returns the replicas WAIT asks for. The count is read once: the
-// verdict judges against it. Do and DoMany send by it.
-func (e *Engine) follow(i int, opts *pipeline.Options, waitEnd time.Time) (target int) {
-	d := e.durable[i]
+// follow sets in opts what makes a write to d's server durable: WAIT
+// for the replicas it had, until waitEnd, then ROLE where the write may
+// reach replicas: it had some, or some may join unannounced. It returns
+// the replicas WAIT asks for. The count is read once: the verdict judges
+// against it. A nil d needs nothing. Do and DoMany send by it.
+func follow(d Durability, opts *pipeline.Options, waitEnd time.Time) (target int) {
 	if d == nil {
 		return 0
 	}
