@@ -116,11 +116,10 @@ func replaySetting(client redis.Scripter) (string, int) {
 			return "MaxRetries", n
 		}
 	case *redis.ClusterClient:
-		// Its nodes' clients retry, and so does its redirect loop.
-		if o := c.Options(); o.MaxRetries > 0 {
-			return "MaxRetries", o.MaxRetries
-		} else if o.MaxRedirects > 0 {
-			return "MaxRedirects", o.MaxRedirects
+		// Lock calls go to its nodes' clients, which take its MaxRetries.
+		// Redirects are never followed, so MaxRedirects replays nothing.
+		if n := c.Options().MaxRetries; n > 0 {
+			return "MaxRetries", n
 		}
 	}
 	return "", 0
