@@ -21,6 +21,8 @@ import (
 // the masters' counters differ. Cancelling ctx ends the attempt early; the
 // error then also matches ctx.Err(). ttl is used in whole milliseconds. It
 // must be longer than MasterTimeout and than its own drift allowance.
+// With fencing it must be at least 4*MasterTimeout: a fenced acquire
+// counts only if decided within a quarter of its TTL.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -115,6 +117,11 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	ttl, err := c.checkTTL("TTL", ttl)
 	if err != nil {
 		return nil, err
+	}
+	if m.fenced {
+		if err := c.checkFencedTTL("TTL", ttl); err != nil {
+			return nil, err
+		}
 	}
 	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: x.writeWait, capacity: x.capacity}, ttl: ttl}
 	if c.observer != nil {

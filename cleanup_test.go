@@ -115,7 +115,7 @@ func TestCloseRetriesPendingCleanupAtOnce(t *testing.T) {
 	// The first retry would come after 0.5-1h.
 	c, err := New(masters, &Options{MasterTimeout: time.Hour})
 	require.NoError(t, err)
-	_, err = c.Acquire(context.Background(), "k", 2*time.Hour)
+	_, err = c.Acquire(context.Background(), "k", 4*time.Hour)
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.Eventually(t, func() bool { return fl.fails.Load() == 0 }, 5*time.Second, time.Millisecond, "the first undo was lost")
 	require.True(t, held(fs[2]))

@@ -182,7 +182,7 @@ func TestQuarantineRefusesOnlyNewLocks(t *testing.T) {
 // the client asked for has passed.
 func TestQuarantineAfterARestartSeen(t *testing.T) {
 	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
-	c, err := New(cl.Clients(), &Options{MasterTimeout: time.Second})
+	c, err := New(cl.Clients(), &Options{MasterTimeout: 750 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	ctx := t.Context()
@@ -537,7 +537,7 @@ func TestBatchedRenewalJudgesReplication(t *testing.T) {
 	c, ids := durableClient(t, fs)
 	obs := make(renewRounds, 16)
 	c.observer = obs
-	l, err := c.Acquire(t.Context(), "k", 3*time.Second)
+	l, err := c.Acquire(t.Context(), "k", 4*time.Second)
 	require.NoError(t, err)
 	ids[0].replicas.Store(1)
 	ids[1].unannounced.Store(true)

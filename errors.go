@@ -40,6 +40,13 @@ var (
 	// ErrWithdrawn (a master's): the round took back a call not yet sent,
 	// as the master was behind; no master error. It matches ErrNoReply.
 	ErrWithdrawn error = withdrawnError{}
+
+	// ErrReplayingClient is wrapped by Client.Verify for a master whose
+	// go-redis client may send a lock call again after it may have run.
+	// A replay that lands after the call's undo leaves the lock on that
+	// master until its TTL. The message names the setting and its value.
+	// Dial builds clients that never replay.
+	ErrReplayingClient = errors.New("redlock: the go-redis client may replay a lock call")
 )
 
 // withdrawnError is ErrWithdrawn. Like silentError, it matches ErrNoReply

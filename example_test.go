@@ -56,6 +56,27 @@ func ExampleNew() {
 	// Output: quorum 3 of 5
 }
 
+func ExampleDial() {
+	// One address per independent master: no replication between them.
+	// Dial builds go-redis clients that never replay a lock call (MaxRetries
+	// -1), end each call at redlock's deadline and dial once; Close closes them.
+	client, err := redlock.Dial(addrs, nil) // quorum 3 of 5, 50ms per master
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, redlock.ErrInvalidArgument); the message names the value
+	}
+	defer client.Close()
+
+	// Verify checks once that every master answers, is a master, is a server
+	// of its own, and has a client that cannot replay a call.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Verify(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("quorum", client.Quorum(), "of", len(client.Masters()))
+	// Output: quorum 3 of 5
+}
+
 func ExampleClient_Acquire() {
 	client, done := connect()
 	defer done()

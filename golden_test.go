@@ -51,8 +51,8 @@ import (
 //   - Errors are recorded as the exported sentinels they match (and, for a
 //     *QuorumError, each master's), never as text.
 //
-// Bounds that remain: a prompt answer is counted within MasterTimeout (1s
-// or 2s; the fake answers in microseconds), a fencing acquire is decided
+// Bounds that remain: a prompt answer is counted within MasterTimeout
+// (750ms to 2s; the fake answers in microseconds), a fencing acquire is decided
 // within a quarter of its TTL (750ms for auto-renew's 3s), and the
 // withdrawn scenario's decision comes within one MasterTimeout (1s).
 // auto-renew relies on the Observer getting the renewal's own context,
@@ -181,7 +181,7 @@ func goldenScenarios() []goldenScenario {
 			},
 		},
 		{
-			name: "auto-renew", masters: 3, quorum: 3, timeout: time.Second,
+			name: "auto-renew", masters: 3, quorum: 3, timeout: 750 * time.Millisecond,
 			doc: "AutoRenew with a 3s TTL: exactly one renewal (EventRenewed), then Release, which stops the renewal.",
 			run: func(g *goldenRun) {
 				l := g.acquire("Acquire", "renewed", "", 3*time.Second)

@@ -29,8 +29,11 @@ func (linked) CheckTTL(c *Client, name string, ttl time.Duration) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	_, err := c.checkTTL(name, ttl)
-	return err
+	ttl, err := c.checkTTL(name, ttl)
+	if err != nil {
+		return err
+	}
+	return c.checkFencedTTL(name, ttl) // their locks are fenced, or share a TTL with fenced ones
 }
 
 func (linked) LockKeys(prefix, name string, rw bool) []string {

@@ -418,7 +418,9 @@ func (e *masterProblem) Unwrap() error { return e.err }
 // parallel, and reports each that does not count toward a quorum, or may
 // not: a replica (ErrReplica), the same server as an earlier master
 // (ErrSameServer), one that cannot be identified, or one that did not
-// answer. It blocks until every master answered or ctx ended, at most
+// answer, or a master whose go-redis client retries failed calls
+// (MaxRetries above 0: ErrReplayingClient). A cluster master's nodes are
+// each checked. It blocks until every master answered or ctx ended, at most
 // 4*MasterTimeout. It returns one error per master with a problem,
 // joined. It is safe for concurrent use. docs/api.md tells the details.
 func (c *Client) Verify(ctx context.Context) error {
@@ -528,6 +530,9 @@ wait:
 		}
 	}
 	for i, s := range ids {
+		if setting, n := replaySetting(c.nodes[i].client); setting != "" {
+			problem(i, replayProblem(setting, n), ErrReplayingClient)
+		}
 		switch {
 		case c.nodes[i].shards != nil && heard[i] && errs[i] == nil:
 			for _, n := range nodes[i] {

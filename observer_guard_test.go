@@ -49,7 +49,7 @@ func (p *panicky) count(kind EventKind) int {
 // expires about 1.2s after the acquire; each wait is bounded at 10s.
 func TestObserverPanicOnTheExpiryTimer(t *testing.T) {
 	p := &panicky{on: map[EventKind]bool{EventLost: true}}
-	c := newFakeClient(t, fakes(3), &Options{Observer: p, MasterTimeout: time.Second})
+	c := newFakeClient(t, fakes(3), &Options{Observer: p, MasterTimeout: 300 * time.Millisecond})
 	l, err := c.Acquire(context.Background(), "k", 1200*time.Millisecond)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return p.count(EventLost) == 1 }, 10*time.Second, time.Millisecond,
@@ -77,7 +77,7 @@ func TestObserverPanicOnTheExpiryTimer(t *testing.T) {
 func TestObserverPanicOnTheRenewal(t *testing.T) {
 	p := &panicky{round: "renew", on: map[EventKind]bool{EventRenewed: true, EventRenewalFailed: true, EventLost: true}}
 	fs := fakes(3)
-	c := newFakeClient(t, fs, &Options{Observer: p, MasterTimeout: time.Second})
+	c := newFakeClient(t, fs, &Options{Observer: p, MasterTimeout: 750 * time.Millisecond})
 	l, err := c.Acquire(context.Background(), "k", 3*time.Second)
 	require.NoError(t, err)
 	l.AutoRenew()
@@ -164,7 +164,7 @@ func (b *blocker) ObserveEvent(ctx context.Context, e Event) {
 // expires about 1.2s after the acquire; each wait is bounded at 10s.
 func TestBlockedObserverBlocksNeitherErrNorRelease(t *testing.T) {
 	b := &blocker{block: EventLost, entered: make(chan struct{}), open: make(chan struct{})}
-	c, err := New(fakes(3), &Options{Observer: b, MasterTimeout: time.Second})
+	c, err := New(fakes(3), &Options{Observer: b, MasterTimeout: 300 * time.Millisecond})
 	require.NoError(t, err)
 	l, err := c.Acquire(context.Background(), "k", 1200*time.Millisecond)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/election"
 	"github.com/go-redlock/redlock/mutex"
 	"github.com/go-redlock/redlock/rwmutex"
 )
@@ -107,6 +108,7 @@ func TestLockOptionsThatCannotWorkAreRejected(t *testing.T) {
 		{"TTL in ns by mistake", mutex.Options{TTL: 10}, "Options.TTL 10ns: must be at least 1ms"},
 		{"sub-ms TTL", mutex.Options{TTL: 999 * time.Microsecond}, "Options.TTL 999µs: must be at least 1ms"},
 		{"TTL within the master timeout", mutex.Options{TTL: 50 * time.Millisecond}, "Options.TTL 50ms: must be longer than MasterTimeout (50ms)"},
+		{"TTL too short for fencing", mutex.Options{TTL: 199 * time.Millisecond}, "Options.TTL 199ms: must be at least 4*MasterTimeout (200ms) with fencing: a fenced acquire counts only if decided within a quarter of its TTL"},
 		{"sub-ms MinRetryDelay", mutex.Options{MinRetryDelay: time.Microsecond}, "Options.MinRetryDelay 1µs: must be at least 1ms (shorter retries spin without jitter)"},
 		{"sub-ms MaxRetryDelay", mutex.Options{MinRetryDelay: time.Millisecond, MaxRetryDelay: 999 * time.Microsecond}, "Options.MaxRetryDelay 999µs: must be at least 1ms"},
 		{"MaxRetryDelay in ns", mutex.Options{MaxRetryDelay: 20}, "Options.MaxRetryDelay 20ns: must be at least 1ms"},
@@ -124,8 +126,13 @@ func TestLockOptionsThatCannotWorkAreRejected(t *testing.T) {
 			assert.ErrorContains(t, err, "rwmutex."+tc.want)
 		})
 	}
-	_, err = mutex.New(c, "k", &mutex.Options{TTL: 51 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond})
-	assert.NoError(t, err, "1ms is the smallest delay; a TTL above MasterTimeout works")
+	_, err = mutex.New(c, "k", &mutex.Options{TTL: 200 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: time.Millisecond})
+	assert.NoError(t, err, "1ms is the smallest delay; a TTL of 4*MasterTimeout works")
+	unfenced, err := redlock.New(offline(t, "127.0.0.1:1"), &redlock.Options{NoFencing: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { unfenced.Close() })
+	_, err = mutex.New(unfenced, "k", &mutex.Options{TTL: 51 * time.Millisecond})
+	assert.NoError(t, err, "without fencing, a TTL above MasterTimeout works")
 
 	for _, tc := range []struct {
 		name string
@@ -174,4 +181,39 @@ func TestSameMasterUnderTwoAddressesIsRejected(t *testing.T) {
 		require.NoError(t, err, "%s and %s", tc.a, tc.b)
 		require.NoError(t, c.Close())
 	}
+}
+
+// TestFencedTTLBelowFourMasterTimeoutsIsRefused: a fenced acquire counts
+// only if decided within a quarter of its TTL, so a TTL below
+// 4*MasterTimeout is refused where it is given, before any I/O. Read
+// locks carry no token, and NoFencing lifts the rule.
+func TestFencedTTLBelowFourMasterTimeoutsIsRefused(t *testing.T) {
+	c, err := redlock.New(offline(t, "127.0.0.1:1"), nil) // MasterTimeout 50ms
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ctx := t.Context()
+	const want = "TTL 199ms: must be at least 4*MasterTimeout (200ms) with fencing"
+	for name, acquire := range map[string]func(time.Duration) error{
+		"Acquire":      func(ttl time.Duration) error { _, err := c.Acquire(ctx, "k", ttl); return err },
+		"AcquireAs":    func(ttl time.Duration) error { _, err := c.AcquireAs(ctx, "k", "o", ttl); return err },
+		"AcquireWrite": func(ttl time.Duration) error { _, err := c.AcquireWrite(ctx, "k", "o", ttl); return err },
+		"election.New": func(ttl time.Duration) error { _, err := election.New(c, "k", &election.Options{TTL: ttl}); return err },
+	} {
+		err := acquire(199 * time.Millisecond)
+		require.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
+		assert.ErrorContains(t, err, want, name)
+	}
+	_, err = election.New(c, "k", &election.Options{TTL: 200 * time.Millisecond})
+	assert.NoError(t, err, "4*MasterTimeout works")
+
+	// Masters nobody listens on: an acquire that passes the checks fails
+	// for want of answers, not of arguments.
+	_, err = c.AcquireRead(ctx, "k", "o", 199*time.Millisecond)
+	assert.NotErrorIs(t, err, redlock.ErrInvalidArgument, "read locks carry no token")
+	unfenced, err := redlock.New(offline(t, "127.0.0.1:1"), &redlock.Options{NoFencing: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { unfenced.Close() })
+	_, err = unfenced.Acquire(ctx, "k", 51*time.Millisecond)
+	assert.NotErrorIs(t, err, redlock.ErrInvalidArgument, "NoFencing lifts the rule")
+	assert.ErrorIs(t, err, redlock.ErrNotObtained)
 }

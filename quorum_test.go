@@ -57,7 +57,7 @@ func TestAcquireDecidesWithoutWaitingForSlowMasters(t *testing.T) {
 	fs[3].block(false) // ignores contexts, like a client without ContextTimeoutEnabled
 	fs[4].block(false)
 	c := newFakeClient(t, fs, &Options{MasterTimeout: time.Hour})
-	l, err := c.Acquire(context.Background(), "k", 2*time.Hour)
+	l, err := c.Acquire(context.Background(), "k", 4*time.Hour)
 	require.NoError(t, err, "three fast masters are a quorum")
 	assert.Empty(t, fs[3].callNames(), "decided while the slow masters had not answered")
 	fs[3].unblock()
@@ -75,7 +75,7 @@ func TestFailedAcquireUndoesLateYes(t *testing.T) {
 	fs[3].block(false)
 	fs[4].block(false)
 	c := newFakeClient(t, fs, &Options{MasterTimeout: time.Hour})
-	_, err := c.Acquire(context.Background(), "k", 2*time.Hour)
+	_, err := c.Acquire(context.Background(), "k", 4*time.Hour)
 	require.ErrorIs(t, err, ErrNotObtained)
 	var qe *QuorumError
 	require.ErrorAs(t, err, &qe)
@@ -153,7 +153,7 @@ func TestCancelledAcquireCleansUpWithFreshContext(t *testing.T) {
 		}
 		cancel()
 	}()
-	_, err := c.Acquire(ctx, "k", 2*time.Hour)
+	_, err := c.Acquire(ctx, "k", 4*time.Hour)
 	require.ErrorIs(t, err, ErrNotObtained)
 	require.ErrorIs(t, err, context.Canceled)
 	for _, f := range fs[:2] {
@@ -171,7 +171,7 @@ func TestExpiredValidityIsNotObtained(t *testing.T) {
 		f.block(false)
 	}
 	// drift = 1.96s+2ms of a 2s TTL: any round slower than 38ms has no validity left.
-	c := newFakeClient(t, fs, &Options{MasterTimeout: time.Second, DriftFactor: 0.98})
+	c := newFakeClient(t, fs, &Options{MasterTimeout: 500 * time.Millisecond, DriftFactor: 0.98})
 	go func() {
 		time.Sleep(60 * time.Millisecond)
 		for _, f := range fs {
@@ -217,7 +217,7 @@ func TestLateAgreementAfterReleaseIsUndone(t *testing.T) {
 	fs := fakes(3)
 	fs[2].block(false)
 	c := newFakeClient(t, fs, &Options{MasterTimeout: time.Hour})
-	l, err := c.Acquire(context.Background(), "k", 2*time.Hour)
+	l, err := c.Acquire(context.Background(), "k", 4*time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(context.Background()), "two of three held it")
 	fs[2].unblock() // the acquire lands after the release: an orphan
@@ -236,11 +236,12 @@ func TestLoadScripts(t *testing.T) {
 
 func TestExtendAfterValidityWritesNothing(t *testing.T) {
 	fs := fakes(3)
-	c := newFakeClient(t, fs, nil)
+	noFencing := &Options{NoFencing: true} // a TTL shorter than 4*MasterTimeout
+	c := newFakeClient(t, fs, noFencing)
 	l, err := c.Acquire(context.Background(), "k", 100*time.Millisecond)
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
-	c = newFakeClient(t, fs, nil)
+	c = newFakeClient(t, fs, noFencing)
 	l.client = c
 	time.Sleep(time.Until(l.Until()))
 	err = l.Extend(context.Background(), time.Second)
@@ -387,7 +388,7 @@ func TestNoFencing(t *testing.T) {
 }
 
 func TestLostSignal(t *testing.T) {
-	c := newFakeClient(t, fakes(3), nil)
+	c := newFakeClient(t, fakes(3), &Options{NoFencing: true}) // a TTL shorter than 4*MasterTimeout
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "k", 100*time.Millisecond)
 	require.NoError(t, err)

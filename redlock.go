@@ -66,9 +66,10 @@ type Options struct {
 	// expire with the TTL, are left either way (see scripts.lua).
 	// With fencing (the default) the last release leaves the lock's key
 	// holding its counter for the rest of the key's TTL. An acquisition
-	// then fails unless it is decided within a quarter of its TTL. Keep
-	// TTLs above 4*MasterTimeout, so that a slow master cannot make every
-	// acquisition fail. Tokens are microseconds of the masters' clocks, or
+	// then fails unless it is decided within a quarter of its TTL. So a
+	// fenced lock's TTL must be at least 4*MasterTimeout: a slow master
+	// could make every acquisition fail. Acquire and the lock packages'
+	// constructors refuse a shorter one. Tokens are microseconds of the masters' clocks, or
 	// larger: a hybrid logical clock. "Fencing tokens" in README.md says
 	// what they guarantee. They are exact up to the largest int64. Beyond
 	// it, a master refuses the acquire.
@@ -96,7 +97,7 @@ type Options struct {
 }
 
 // Client acquires locks on a set of independent Redis masters. Make one
-// with New; Close ends its background work. It is safe for concurrent
+// with New or Dial; Close ends its background work. It is safe for concurrent
 // use. The methods of a zero or nil Client return an error wrapping
 // ErrInvalidArgument and do nothing.
 type Client struct {
@@ -107,8 +108,10 @@ type Client struct {
 	gate      gate      // open, closing, closed; the work Close waits for
 	watches   watchSet  // release subscriptions, by channel
 	contested contestedSet
-	engine    *quorum.Engine // runs the rounds; set by New
-	renew     renewer        // the auto-renewed locks
+	engine    *quorum.Engine  // runs the rounds; set by New
+	renew     renewer         // the auto-renewed locks
+	owned     []*redis.Client // made by Dial; Close closes them
+	ownedOnce sync.Once
 	// longest is the longest TTL any call of the Client asked a master
 	// for, in nanoseconds. It is how long a master that reached a new
 	// server counts toward no new lock. Atomic: Locks raise it.
@@ -350,11 +353,17 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 // It retries pending cleanups at once and blocks until they and the
 // calls in flight end: about 8*MasterTimeout at most (docs/api.md tells
 // the exceptions). Nothing is left running afterwards; later operations
-// return ErrClosed. It does not close the go-redis clients.
+// return ErrClosed. It closes the go-redis clients only if Dial made them.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	c.shutDown()
+	return c.closeOwned() // last: nothing uses them any more
+}
+
+// shutDown is Close but for the go-redis clients.
+func (c *Client) shutDown() {
 	defer c.engine.Stop() // last: once the pipelines are closed, no round is pending
 
 	c.closeLocks()   // closing: live locks end, renewals stop
@@ -379,13 +388,12 @@ func (c *Client) Close() error {
 	if inTime {
 		select {
 		case <-pipes:
-			return nil
+			return
 		case <-grace.C:
 		}
 	}
 	c.abortPipes()
 	<-pipes
-	return nil
 }
 
 // abortPipes aborts every master's pipeline and waits for what they have
@@ -417,6 +425,22 @@ func (c *Client) checkTTL(name string, ttl time.Duration) (time.Duration, error)
 		return 0, invalidf("%s %v: must be at most %v (auto-renewal's arithmetic would overflow)", name, ttl, maxTTL)
 	}
 	return ms, nil
+}
+
+// fencingTTLFactor is how many MasterTimeouts a fenced TTL must span at
+// least: a fenced acquire counts only if decided within a quarter of its
+// TTL, and a round may take a whole MasterTimeout.
+const fencingTTLFactor = 4
+
+// checkFencedTTL refuses a TTL, already checked by checkTTL, whose
+// quarter is shorter than MasterTimeout, where locks take fencing
+// tokens: one slow master could then make every acquisition fail. name
+// names it in errors.
+func (c *Client) checkFencedTTL(name string, ttl time.Duration) error {
+	if least := fencingTTLFactor * c.masterTimeout; c.fencing && ttl < least {
+		return invalidf("%s %v: must be at least 4*MasterTimeout (%v) with fencing: a fenced acquire counts only if decided within a quarter of its TTL, and a slow master takes MasterTimeout (or set Options.NoFencing)", name, ttl, least)
+	}
+	return nil
 }
 
 // deadline is when a lock stops being safe, if a round starting at start

@@ -50,7 +50,7 @@ func TestResumedLockHasTheResumesValues(t *testing.T) {
 	c, err := New(cluster.Clients(), &Options{MasterTimeout: 500 * time.Millisecond, Observer: rec})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
-	old, err := c.AcquireAs(t.Context(), "job", "alice", 1500*time.Millisecond) // renewed soon after Resume
+	old, err := c.AcquireAs(t.Context(), "job", "alice", 2*time.Second) // 4*MasterTimeout: fencing's least
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "resumed"))
 	l, err := c.Resume(ctx, "job", old.Value(), time.Second)

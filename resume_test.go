@@ -86,7 +86,7 @@ func TestResumeTakesOver(t *testing.T) {
 	l.AutoRenew()
 	require.NoError(t, l.Release(ctx))
 	assert.Eventually(t, func() bool { return len(resumeLeft(t, cluster.Clients())) == 0 }, 5*time.Second, 10*time.Millisecond)
-	_, err = second.Acquire(ctx, "job", time.Second)
+	_, err = second.Acquire(ctx, "job", 2*time.Second)
 	assert.NoError(t, err, "the lock is free")
 }
 

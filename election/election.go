@@ -55,7 +55,8 @@ type Options struct {
 	// renewal. The leader renews it every third of it. A leader that
 	// stops (a crash, a pause) is followed by the next one within about a
 	// TTL. It must be longer than the client's MasterTimeout and its own
-	// drift allowance. Default: 10s.
+	// drift allowance, and with fencing at least 4*MasterTimeout.
+	// Default: 10s.
 	TTL time.Duration
 
 	// MinRetryDelay and MaxRetryDelay bound the fallback timers of

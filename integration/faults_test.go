@@ -357,7 +357,7 @@ func TestClockFastWithinDriftStaysSafe(t *testing.T) {
 	a := newClient(t, cl, &redlock.Options{MasterTimeout: 300 * time.Millisecond})
 	b := newClient(t, cl, &redlock.Options{MasterTimeout: 300 * time.Millisecond})
 
-	const ttl = time.Second
+	const ttl = 1200 * time.Millisecond // 4*MasterTimeout: the least fencing allows
 	la, err := a.Acquire(context.Background(), "job", ttl)
 	require.NoError(t, err)
 	lb, obtained := acquireUntil(t, b, "job", ttl, la.Until().Add(2*time.Second))
@@ -382,8 +382,10 @@ func TestClockFarTooFastOnMajorityBreaksTheLock(t *testing.T) {
 		}
 		return nil
 	}})
-	a := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
-	b := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
+	// 500ms: the longest MasterTimeout fencing allows for a 2s TTL. The
+	// rounds take milliseconds; nothing here waits for late calls.
+	a := newClient(t, cl, &redlock.Options{MasterTimeout: 500 * time.Millisecond})
+	b := newClient(t, cl, &redlock.Options{MasterTimeout: 500 * time.Millisecond})
 
 	const ttl = 2 * time.Second
 	start := time.Now()

@@ -31,7 +31,7 @@ func TestPausedHolderLateWriteIsRejected(t *testing.T) {
 	var res fencedResource
 	srv := httptest(t, &res)
 
-	const ttl = 500 * time.Millisecond
+	const ttl = 800 * time.Millisecond // 4*the child's MasterTimeout (200ms): fencing's least
 	child := exec.Command(os.Args[0], "-test.run=^TestFencingChildProcess$", "-test.count=1")
 	child.Env = append(os.Environ(),
 		"REDLOCK_CHILD_MASTERS="+strings.Join(cl.Addrs(), ","),

@@ -69,52 +69,67 @@ func TestReleasePutsBackWhatIsNotOurs(t *testing.T) {
 	}
 }
 
-// TestFencingAcquireDecidedAfterAQuarterOfTheTTLFails: a fencing token is larger
-// than every earlier one only if its round was decided within a quarter of
-// the TTL (see "Fencing tokens" in README.md). Every master answers after
-// 800ms here, with a 2s TTL: validity is left, so an acquire without
-// fencing succeeds, but a fencing acquire fails, undone, and says why.
+// TestFencingAcquireDecidedAfterAQuarterOfTheTTLFails: a fencing token is
+// larger than every earlier one only if its round was decided within a
+// quarter of the TTL (see "Fencing tokens" in README.md). A TTL below
+// 4*MasterTimeout is refused before any call: one slow master would make
+// every acquisition late. At 4*MasterTimeout a round is still late if its
+// caller stalls past a quarter of the TTL once the calls are out (a long
+// pause, an overloaded machine). Here the masters agree at once, and the
+// decision comes 1s after the acquire began: a fencing acquire fails,
+// undone, and says why; one without fencing succeeds with validity left.
+// Margins: the round starts within 500ms of the acquire (it takes
+// milliseconds), so the decision is past the quarter (500ms); the masters
+// answer within the 500ms MasterTimeout; about 1s of validity is left.
 func TestFencingAcquireDecidedAfterAQuarterOfTheTTLFails(t *testing.T) {
-	const ttl, latency = 2 * time.Second, 800 * time.Millisecond // 300ms past a quarter of the TTL; 1.18s of validity left
+	const masterTimeout, ttl = 500 * time.Millisecond, 2 * time.Second // exactly 4*MasterTimeout
+	const stall = time.Second                                          // from the acquire's call to its decision
 	cl := integration.NewCluster(t, 5)
-	px := proxied(t, cl)
-	// Clients whose own timeouts outlast the latency.
-	slow := func(opts *redlock.Options) *redlock.Client {
-		var masters []*redis.Client
-		for _, a := range px.Addrs() {
-			m := redis.NewClient(&redis.Options{Addr: a, ReadTimeout: 5 * time.Second, MaxRetries: -1})
-			t.Cleanup(func() { _ = m.Close() })
-			masters = append(masters, m)
-		}
-		c, err := redlock.New(masters, opts)
-		require.NoError(t, err)
-		t.Cleanup(func() { assert.NoError(t, c.Close()) })
-		return c
-	}
-	fencing := slow(&redlock.Options{MasterTimeout: 1500 * time.Millisecond})
-	plain := slow(&redlock.Options{MasterTimeout: 1500 * time.Millisecond, NoFencing: true})
+	fencing := newClient(t, cl, &redlock.Options{MasterTimeout: masterTimeout})
+	plain := newClient(t, cl, &redlock.Options{MasterTimeout: masterTimeout, NoFencing: true})
 	ctx := context.Background()
 	for _, c := range []*redlock.Client{fencing, plain} { // scripts loaded, connections open
 		l, err := c.Acquire(ctx, "warm", ttl)
 		require.NoError(t, err)
 		require.NoError(t, l.Release(ctx))
 	}
-	for i := range cl.Masters {
-		require.NoError(t, px.Latency(i, latency))
-	}
 
-	_, err := fencing.Acquire(ctx, "job", ttl)
+	// Below 4*MasterTimeout: refused up front, with both values.
+	before := evalCalls(t, cl)
+	_, err := fencing.Acquire(ctx, "job", ttl-time.Millisecond)
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "TTL 1.999s: must be at least 4*MasterTimeout (2s) with fencing")
+	assert.Equal(t, before, evalCalls(t, cl), "nothing sent")
+	l, err := plain.Acquire(ctx, "job", ttl-time.Millisecond)
+	require.NoError(t, err, "without fencing, a TTL longer than MasterTimeout will do")
+	require.NoError(t, l.Release(ctx))
+	waitReleased(t, cl, "job")
+
+	_, err = fencing.Acquire(stalled{ctx, time.Now().Add(stall)}, "job", ttl)
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.True(t, qe.Expired)
-	assert.GreaterOrEqual(t, qe.Elapsed, latency)
+	assert.Equal(t, len(cl.Masters), qe.Agreed, "every master agreed within MasterTimeout")
+	assert.Greater(t, qe.Elapsed, ttl/4)
 	assert.Contains(t, err.Error(), "more than a quarter of the TTL: too late for a fencing token")
 	waitReleased(t, cl, "job")
 
-	l, err := plain.Acquire(ctx, "job", ttl)
+	l, err = plain.Acquire(stalled{ctx, time.Now().Add(stall)}, "job", ttl)
 	require.NoError(t, err, "without fencing, a late round is granted while validity is left")
 	require.NoError(t, l.Release(ctx))
+}
+
+// stalled is a caller's context whose goroutine stalls until until once
+// the round's calls are queued: the decider waits in Done then.
+type stalled struct {
+	context.Context
+	until time.Time
+}
+
+func (s stalled) Done() <-chan struct{} {
+	time.Sleep(time.Until(s.until))
+	return s.Context.Done()
 }
 
 // TestRepairNeverShortensACounter: a repair over a free lock keeps its
@@ -125,7 +140,7 @@ func TestRepairNeverShortensACounter(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, &redlock.Options{MasterTimeout: slack})
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, "job", 2*time.Second)
+	l, err := c.Acquire(ctx, "job", 4*slack) // fencing's least TTL
 	require.NoError(t, err)
 	waitHeldEverywhere(t, cl, l)
 	counter := strconv.FormatUint(l.Token()+100, 10)

@@ -291,7 +291,7 @@ func TestSubscriptionDoesNotAskAgain(t *testing.T) {
 // scripts).
 func TestVerifyReportsUncheckedMasters(t *testing.T) {
 	cl := integration.NewCluster(t, 2)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": cl.Masters[1].Addr()}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": cl.Masters[1].Addr()}, MaxRetries: -1}) // retries would be reported too
 	t.Cleanup(func() { ring.Close() })
 	proxy := newInfoOnlyServer(t, "# Server\r\nredis_version:7.2.0\r\n\r\n# Replication\r\nrole:master\r\n")
 	c, err := redlock.New([]redis.Scripter{cl.Clients()[0], ring, masterClient(t, proxy, 0)}, &redlock.Options{MasterTimeout: slack})

@@ -139,12 +139,12 @@ func TestUncontendedReleasePublishesNothing(t *testing.T) {
 // TestWakeOnEachReleaseBySameOwner: each release of an owner is a release of
 // its own and wakes a waiter, however soon it follows the owner's previous
 // one. The copies that the masters publish of one release wake no other
-// one-waiter (they may wake the same one again). MasterTimeout is 2s, so
-// that the releases surely come within one MasterTimeout of each other
-// (they take milliseconds).
+// one-waiter (they may wake the same one again). MasterTimeout is 1.25s,
+// so that the releases surely come within one MasterTimeout of each other
+// (they take milliseconds). Fencing allows no longer one with fast's 5s TTL.
 func TestWakeOnEachReleaseBySameOwner(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
-	c := newClient(t, cl, &redlock.Options{MasterTimeout: 2 * time.Second})
+	c := newClient(t, cl, &redlock.Options{MasterTimeout: fast.TTL / 4})
 	ctx := context.Background()
 	reentrant, err := mutex.NewReentrant(c, "job", fast)
 	require.NoError(t, err)

@@ -198,7 +198,8 @@ func TestWriterNotStarvedByReaders(t *testing.T) {
 func TestCrashedReaderExpires(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	ctx := context.Background()
-	crashed, err := rwmutex.New(newClient(t, cl, nil), "doc", &rwmutex.Options{TTL: 300 * time.Millisecond})
+	// 800ms: 4*newClient's MasterTimeout, the least fencing allows.
+	crashed, err := rwmutex.New(newClient(t, cl, nil), "doc", &rwmutex.Options{TTL: 800 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, crashed.RLock(ctx, redlock.NewOwner())) // and never unlocks
 
@@ -280,7 +281,7 @@ func TestAutoRenewKeepsLockThroughFiveTTLs(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	const ttl = 300 * time.Millisecond
+	const ttl = 800 * time.Millisecond // 4*newClient's MasterTimeout: fencing's least
 	m, err := mutex.New(c, "job", &mutex.Options{TTL: ttl, AutoRenew: true})
 	require.NoError(t, err)
 	require.NoError(t, m.Lock(ctx))
@@ -454,7 +455,7 @@ func TestWakeInProcess(t *testing.T) {
 // starts; the two others run the release and the acquire long before that.
 func TestTurnPassesWhenReleaseIsQueued(t *testing.T) {
 	const latency = time.Second // the margin: the fast masters' two calls take milliseconds
-	took := handOffWithSlowMasters(t, latency, 4*latency, 30*time.Second, false)
+	took := handOffWithSlowMasters(t, latency, redlock.Options{MasterTimeout: 4 * latency}, 30*time.Second, false)
 	assert.Less(t, took, latency, "the waiter's acquire went out before the release's round was decided")
 }
 
@@ -465,32 +466,33 @@ func TestTurnPassesWhenReleaseIsQueued(t *testing.T) {
 // decided, which needs a slow master.
 func TestTurnPassesAfterReleaseRoundOnSlowMasters(t *testing.T) {
 	const latency = time.Second
-	took := handOffWithSlowMasters(t, latency, 4*latency, 30*time.Second, true)
+	took := handOffWithSlowMasters(t, latency, redlock.Options{MasterTimeout: 4 * latency}, 30*time.Second, true)
 	assert.GreaterOrEqual(t, took, latency, "the waiter's acquire went out after the release's round")
 }
 
 // TestTurnPassesAfterReleaseRoundForShortTTL: the same where the acquire
 // took under a quarter of MasterTimeout (5s) but more than an eighth of the
-// TTL (7s): queued behind the release, the waiter's fenced acquire would be
+// TTL (7s): queued behind the release, the waiter's acquire would be
 // decided after about twice the latency, past a quarter of the TTL
-// (1.75s), too late for its token, and would be undone.
+// (1.75s). A fenced lock's TTL, at least 4*MasterTimeout, is never that
+// short, so the client has no fencing.
 func TestTurnPassesAfterReleaseRoundForShortTTL(t *testing.T) {
 	const latency = time.Second // the acquire takes it, between TTL/8 (0.875s) and MasterTimeout/4 (1.25s)
-	took := handOffWithSlowMasters(t, latency, 5*latency, 7*latency, true)
+	took := handOffWithSlowMasters(t, latency, redlock.Options{MasterTimeout: 5 * latency, NoFencing: true}, 7*latency, true)
 	assert.GreaterOrEqual(t, took, latency, "the waiter's acquire went out after the release's round")
 }
 
 // handOffWithSlowMasters hands a lock of ttl from one Mutex to another of
 // the same client on five masters, three of which answer latency late (from
 // before the lock is taken if slowAcquire, else from before its release),
-// with masterTimeout. It returns how long after the Unlock call
+// with the client options copts. It returns how long after the Unlock call
 // the two fast masters had run the release and the waiter's acquire, and
 // checks that the waiter's acquire was refused nowhere.
-func handOffWithSlowMasters(t *testing.T, latency, masterTimeout, ttl time.Duration, slowAcquire bool) time.Duration {
+func handOffWithSlowMasters(t *testing.T, latency time.Duration, copts redlock.Options, ttl time.Duration, slowAcquire bool) time.Duration {
 	t.Helper()
 	cl := integration.NewCluster(t, 5)
 	px := proxied(t, cl)
-	c, err := redlock.New(patientClients(t, px.Addrs(), masterTimeout), &redlock.Options{MasterTimeout: masterTimeout})
+	c, err := redlock.New(patientClients(t, px.Addrs(), copts.MasterTimeout), &copts)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	ctx := context.Background()

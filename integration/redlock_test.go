@@ -276,7 +276,8 @@ func TestExtendAfterValidityFailsAndWritesNothing(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, "job", 500*time.Millisecond)
+	const ttl = 800 * time.Millisecond // 4*MasterTimeout: fencing's least
+	l, err := c.Acquire(ctx, "job", ttl)
 	require.NoError(t, err)
 	waitHeldEverywhere(t, cl, l)
 	before := evalCalls(t, cl)
@@ -289,7 +290,7 @@ func TestExtendAfterValidityFailsAndWritesNothing(t *testing.T) {
 	for i := range cl.Masters {
 		pttl, err := cl.Admin(i).PTTL(ctx, "{job}").Result()
 		require.NoError(t, err)
-		assert.LessOrEqual(t, pttl, 500*time.Millisecond, "TTL not raised on %s", cl.Masters[i].Name())
+		assert.LessOrEqual(t, pttl, ttl, "TTL not raised on %s", cl.Masters[i].Name())
 	}
 }
 
@@ -411,9 +412,9 @@ func TestReleaseIsIdempotent(t *testing.T) {
 		require.ErrorIs(t, l.Release(ctx), redlock.ErrNotHeld)
 	}
 	// Released even when it had expired on the masters already.
-	l, err = c.Acquire(ctx, "job", 300*time.Millisecond)
+	l, err = c.Acquire(ctx, "job", 800*time.Millisecond) // 4*MasterTimeout: fencing's least
 	require.NoError(t, err)
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(900 * time.Millisecond)
 	err = l.Release(ctx)
 	require.ErrorIs(t, err, redlock.ErrNotHeld)
 	var qe *redlock.QuorumError

@@ -57,7 +57,7 @@ func TestPromotedPrimarysRejoinedReplicaIsWaitedFor(t *testing.T) {
 	c, err := redlock.New([]*redis.Client{rc}, &redlock.Options{MasterTimeout: slack})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	const ttl = 2 * time.Second
+	const ttl = 4 * slack // fencing's least
 	try := func(key string) error {
 		l, err := c.Acquire(ctx, key, ttl)
 		if err != nil {

@@ -163,7 +163,7 @@ func TestFenceKeysExpire(t *testing.T) {
 	cl := integration.NewCluster(t, 5)
 	c := newClient(t, cl, nil)
 	ctx := context.Background()
-	const ttl = 500 * time.Millisecond
+	const ttl = 800 * time.Millisecond // 4*MasterTimeout: fencing's least
 	l, err := c.Acquire(ctx, "once", ttl)
 	require.NoError(t, err)
 	waitHeldEverywhere(t, cl, l)

@@ -86,7 +86,7 @@ func TestDoRunsUnderLockAndReleases(t *testing.T) {
 		assert.True(t, l.Held())
 		assert.Same(t, l, m.Current())
 		assert.Positive(t, l.Token())
-		_, err := other.Acquire(ctx, "job", time.Second)
+		_, err := other.Acquire(ctx, "job", 2*time.Second)
 		assert.ErrorIs(t, err, redlock.ErrNotObtained, "another client took the lock during Do")
 		// Longer than the TTL: only renewal keeps it.
 		select {
@@ -119,7 +119,7 @@ func TestDoJoinsErrors(t *testing.T) {
 // cause; Do's error reports the loss too.
 func TestDoCancelsOnLoss(t *testing.T) {
 	cluster, c := doCluster(t, 3)
-	m := newMutex(t, c, "job", 1500*time.Millisecond)
+	m := newMutex(t, c, "job", 2*time.Second)
 	ctx := t.Context()
 
 	var cause, lockErr error

@@ -12,7 +12,8 @@ import (
 type Options struct {
 	// TTL is how long the lock lives on the masters without renewal, in
 	// whole milliseconds. It must be longer than the client's
-	// MasterTimeout and its own drift allowance. Default: 10s.
+	// MasterTimeout and its own drift allowance, and with fencing at least
+	// 4*MasterTimeout. Default: 10s.
 	TTL time.Duration
 
 	// MinRetryDelay and MaxRetryDelay bound the fallback timer between two

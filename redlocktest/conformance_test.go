@@ -122,7 +122,7 @@ var suite = []struct {
 		clients, _ := b(t, 3)
 		a, other := newClient(t, clients), newClient(t, clients)
 		ctx := t.Context()
-		ttl := 2 * masterTimeout // a TTL must be longer than MasterTimeout
+		ttl := 4 * masterTimeout // fencing's least TTL
 		start := time.Now()
 		_, err := a.Acquire(ctx, "job", ttl)
 		require.NoError(t, err)
@@ -236,7 +236,9 @@ var suite = []struct {
 			return []error{qe.Masters[0].Err, qe.Masters[1].Err}
 		}
 		t.Run("one dial", func(t *testing.T) {
-			for i, err := range deadErrs(t, 1, time.Second) {
+			// 500ms: the longest fencing allows for the 2s TTL; a
+			// refused dial takes a millisecond.
+			for i, err := range deadErrs(t, 1, 500*time.Millisecond) {
 				assert.ErrorIs(t, err, syscall.ECONNREFUSED, "m%d: a refused dial, as from a dead server", i)
 			}
 		})

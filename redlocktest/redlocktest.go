@@ -7,12 +7,13 @@
 //
 //	masters := redlocktest.NewMasters(t, 5)
 //	client, err := redlock.New(redlocktest.Clients(masters),
-//		&redlock.Options{MasterTimeout: time.Second})
+//		&redlock.Options{MasterTimeout: 500 * time.Millisecond})
 //
 // The masters share the test's CPUs. A client's first round on them dials,
 // loads the scripts and compiles them (about 10ms on an idle machine), and
 // a busy CI machine can stretch that past the default MasterTimeout (50ms):
-// a test that is not about timeouts should give the masters a generous one.
+// a test that is not about timeouts should give the masters a generous one,
+// at most a quarter of the TTLs of its fenced locks.
 //
 // Each master can be killed, restarted empty, paused and slowed, to test
 // how code behaves when masters fail. A conformance suite runs the same

@@ -10,8 +10,8 @@ type Options struct {
 	// TTL is how long each hold lives on the masters without renewal, in
 	// whole milliseconds. Each reader's hold expires on its own. It must
 	// be longer than the client's MasterTimeout and its own drift
-	// allowance.
-	// Default: 10s.
+	// allowance, and with fencing at least 4*MasterTimeout (write locks
+	// are fenced). Default: 10s.
 	TTL time.Duration
 
 	// MinRetryDelay and MaxRetryDelay bound the fallback timer between two

@@ -59,8 +59,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-workers %d: need at least 1", c.workers)
 	case c.duration <= 0:
 		return fmt.Errorf("-duration %v: must be positive", c.duration)
-	case c.ttl <= redlock.DefaultMasterTimeout:
-		return fmt.Errorf("-ttl %v: must be longer than the master timeout (%v)", c.ttl, redlock.DefaultMasterTimeout)
+	case c.ttl < 4*redlock.DefaultMasterTimeout: // fencing's least (see redlock.Options.NoFencing)
+		return fmt.Errorf("-ttl %v: must be at least 4 times the master timeout %v (%v)", c.ttl, redlock.DefaultMasterTimeout, 4*redlock.DefaultMasterTimeout)
 	case c.key == "":
 		return errors.New("empty key")
 	}

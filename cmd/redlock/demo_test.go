@@ -147,6 +147,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"serve"}, 2, "usage"},
 		{[]string{"demo", "-workers", "0"}, 2, "-workers 0"},
 		{[]string{"demo", "-ttl", "10ms"}, 2, "-ttl 10ms"},
+		{[]string{"demo", "-ttl", "199ms"}, 2, "-ttl 199ms: must be at least 4 times the master timeout 50ms (200ms)"},
 		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
 		// Nothing listens on port 1: the demo fails before any worker starts.
 		{[]string{"demo", "-masters", "127.0.0.1:1,127.0.0.1:2"}, 1, "masters answer PING"},

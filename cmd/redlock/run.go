@@ -110,6 +110,10 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return usage("-value is the leader's: give -elect NAME")
 	case len(c.argv) == 0:
 		return usage("no command: give it after --")
+	case c.ttl < 4*c.masterTimeout:
+		// A fenced acquire counts only if decided within a quarter of
+		// the TTL; a round may take the whole MasterTimeout.
+		return usage("-ttl %v must be at least 4 times -master-timeout %v (%v)", c.ttl, c.masterTimeout, 4*c.masterTimeout)
 	case c.grace < 0:
 		return usage("-grace %v must not be negative", c.grace)
 	case c.grace > c.ttl/3:

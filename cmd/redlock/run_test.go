@@ -92,6 +92,10 @@ func TestRunUsage(t *testing.T) {
 	}
 	var stderr syncBuffer
 	assert.Equal(t, 2, runCLI(ctx, []string{"run", "-masters", "", "-lock", "job", "--", "true"}, nil, &stderr, &stderr), "no masters")
+	// Below fencing's least TTL: refused before any call, naming both.
+	code, out := runRun(ctx, cluster, "-lock", "job", "-ttl", "1s", "-master-timeout", "300ms", "--", "true")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, out, "redlock run: -ttl 1s must be at least 4 times -master-timeout 300ms (1.2s)\n")
 	assertNoLock(t, cluster, "job")
 }
 

@@ -6,8 +6,6 @@ import (
 	"log"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/election"
 	"github.com/go-redlock/redlock/mutex"
@@ -17,14 +15,8 @@ import (
 var addrs = []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"}
 
 func main() {
-	// MaxRetries -1: go-redis must never replay a lock call.
-	var masters []*redis.Client
-	for _, addr := range addrs {
-		masters = append(masters, redis.NewClient(&redis.Options{
-			Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1,
-		}))
-	}
-	client, err := redlock.New(masters, nil) // a quorum of 3 of 5 masters
+	// Dial's go-redis clients never replay a lock call; Close closes them.
+	client, err := redlock.Dial(addrs, nil) // a quorum of 3 of 5 masters
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,11 +16,12 @@ import (
 )
 
 // lossClient returns the masters and a client on them. Its MasterTimeout,
-// 1s, keeps a busy machine from failing a round these tests count on.
+// 750ms, keeps a busy machine from failing a round these tests count on.
+// Fencing allows no longer one for the 3s TTL of TestLostLockUnlocksTheMutex.
 func lossClient(t *testing.T) (*integration.Cluster, *redlock.Client) {
 	t.Helper()
 	cl := integration.NewCluster(t, 3)
-	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: time.Second})
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 750 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return cl, c
@@ -61,7 +62,7 @@ func freeOnMasters(t *testing.T, cl *integration.Cluster, key string) {
 	other, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, other.Close()) }()
-	l, err := other.Acquire(context.Background(), key, 5*time.Second)
+	l, err := other.Acquire(context.Background(), key, 8*time.Second) // 4*MasterTimeout: fencing's least
 	require.NoError(t, err, "the lock is free on the masters")
 	require.NoError(t, l.Release(context.Background()))
 }
@@ -183,7 +184,8 @@ func TestUnlockAfterLossReportsIt(t *testing.T) {
 	})
 	t.Run("client closed", func(t *testing.T) {
 		cl := integration.NewCluster(t, 3)
-		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second})
+		// 1.25s: the longest fencing allows for newMutex's 5s TTL.
+		c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 1250 * time.Millisecond})
 		require.NoError(t, err)
 		ctx := bounded(t)
 		m := newMutex(t, c, "k")

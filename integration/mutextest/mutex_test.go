@@ -126,10 +126,11 @@ func TestSharedMutexSerializesGoroutines(t *testing.T) {
 func TestUnlockAfterExpiry(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
-	m, err := mutex.New(c, "k", &mutex.Options{TTL: 300 * time.Millisecond})
+	const ttl = 800 * time.Millisecond // 4*MasterTimeout: fencing's least
+	m, err := mutex.New(c, "k", &mutex.Options{TTL: ttl})
 	require.NoError(t, err)
 	require.NoError(t, m.Lock(ctx))
-	time.Sleep(350 * time.Millisecond)
+	time.Sleep(ttl + 50*time.Millisecond)
 	require.ErrorIs(t, m.Extend(ctx), redlock.ErrNotHeld)
 	require.ErrorIs(t, m.Unlock(ctx), redlock.ErrNotHeld, "the holder learns the lock had expired")
 	require.NoError(t, m.TryLock(ctx), "unlocked afterwards")
@@ -166,13 +167,14 @@ func waitLock(t *testing.T, got <-chan error, what string) {
 }
 
 // countingClient returns a client on 3 masters that counts its acquire
-// rounds. Its MasterTimeout, 2s, keeps a busy machine from failing an
-// attempt that the tests count.
+// rounds. Its MasterTimeout, 1.25s, keeps a busy machine from failing an
+// attempt that the tests count. Fencing allows no longer one for the
+// tests' 5s TTLs.
 func countingClient(t *testing.T) (*redlock.Client, *integration.AcquireRounds) {
 	t.Helper()
 	cl := integration.NewCluster(t, 3)
 	rounds := &integration.AcquireRounds{}
-	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 2 * time.Second, Observer: rounds})
+	c, err := redlock.New(cl.Clients(), &redlock.Options{MasterTimeout: 1250 * time.Millisecond, Observer: rounds})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c, rounds
@@ -211,7 +213,8 @@ func TestLocalWaiterTriesOnlyAfterRelease(t *testing.T) {
 // the test rather than hanging it.
 func TestTurnEndsWithTheLock(t *testing.T) {
 	c := setup(t)
-	short, err := mutex.New(c, "k", &mutex.Options{TTL: 300 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
+	// 800ms: 4*MasterTimeout, the least fencing allows.
+	short, err := mutex.New(c, "k", &mutex.Options{TTL: 800 * time.Millisecond, MinRetryDelay: time.Millisecond, MaxRetryDelay: 10 * time.Millisecond})
 	require.NoError(t, err)
 	b := newMutex(t, c, "k")
 	bounded := func(t *testing.T) context.Context {

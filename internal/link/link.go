@@ -56,7 +56,7 @@ type Hooks[C, L any] interface {
 
 	// CheckTTL returns an error wrapping redlock.ErrInvalidArgument, that
 	// calls the TTL name, if no lock of this TTL can be obtained with
-	// client's options.
+	// client's options, or, with fencing, if it is below 4*MasterTimeout.
 	CheckTTL(client C, name string, ttl time.Duration) error
 
 	// LockKeys returns the keys of the lock named name under prefix, in

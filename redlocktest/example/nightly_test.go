@@ -15,8 +15,9 @@ func TestOnlyOneInstanceRuns(t *testing.T) {
 	masters := redlocktest.NewMasters(t, 5)
 	newRunner := func() *nightly.Runner {
 		// Generous: the in-process masters share the test's CPUs, and
-		// this test is not about timeouts.
-		c, err := redlock.New(redlocktest.Clients(masters), &redlock.Options{MasterTimeout: time.Second})
+		// this test is not about timeouts. Fencing allows at most a
+		// quarter of the Runner's 2s TTL.
+		c, err := redlock.New(redlocktest.Clients(masters), &redlock.Options{MasterTimeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
