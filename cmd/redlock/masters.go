@@ -109,6 +109,9 @@ func serveMasters(ctx context.Context, addrs []string, inProcess bool) (string, 
 			return "", nil, errors.Join(err, stop())
 		}
 		c := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+		// Its own process group: Ctrl-C reaches redlock masters alone,
+		// which then stops each server once, with SIGTERM.
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		c.WaitDelay = 5 * time.Second
 		if err := c.Start(); err != nil {
 			return "", nil, errors.Join(err, stop())
