@@ -3,12 +3,14 @@
 // stays safe when a master fails or fails over. It offers exclusive,
 // reentrant and read-write locks with fencing tokens, automatic renewal
 // and a lost-lock signal; packages mutex and rwmutex block until held,
-// and package election elects a leader.
+// package election elects a leader, and package semaphore admits N
+// holders.
 //
-// To start: make a Client on five masters with New, and run work under a
-// lock with mutex.Mutex.Do, or take one with Client.Acquire:
+// To start: make a Client on your masters with Dial (or New, from
+// go-redis clients). Run work under a lock with mutex.Mutex.Do, or take
+// one with Client.Acquire:
 //
-//	client, err := redlock.New(masters, nil) // one *redis.Client per master
+//	client, err := redlock.Dial([]string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}, nil)
 //	lock, err := client.Acquire(ctx, "report:42", 10*time.Second)
 //	defer lock.Release(ctx)
 //

@@ -60,19 +60,10 @@ type Options struct {
 	// (docs/keys.md). Default: "".
 	KeyPrefix string
 
-	// NoFencing turns fencing tokens off. Lock.Token then returns 0, and a
-	// released lock leaves no counter on the masters. A counter that a
-	// fenced client left under the name is kept. Release markers, which
-	// expire with the TTL, are left either way (see scripts.lua).
-	// With fencing (the default) the last release leaves the lock's key
-	// holding its counter for the rest of the key's TTL. An acquisition
-	// then fails unless it is decided within a quarter of its TTL. So a
-	// fenced lock's TTL must be at least 4*MasterTimeout: a slow master
-	// could make every acquisition fail. Acquire and the lock packages'
-	// constructors refuse a shorter one. Tokens are microseconds of the masters' clocks, or
-	// larger: a hybrid logical clock. "Fencing tokens" in README.md says
-	// what they guarantee. They are exact up to the largest int64. Beyond
-	// it, a master refuses the acquire.
+	// NoFencing turns fencing tokens off: Lock.Token returns 0. With
+	// fencing (the default) an acquisition must be decided within a
+	// quarter of its TTL, so a fenced TTL below 4*MasterTimeout is
+	// refused where it is given. docs/locks.md tells what tokens guarantee.
 	NoFencing bool
 
 	// NoRepair turns quorum repair off: by default each successful Extend
