@@ -171,19 +171,40 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 
 // attempt tries the slots below capacity in turn, from one at random,
 // until a quorum admits a permit of one. Each slot is one round; a failed
-// one is undone. It stops at an error that is not a refusal, or once ctx
-// ends, and returns the last error.
+// one is undone. It stops at an error that is not a refusal, once ctx
+// ends, or once a round had no master refuse its slot: every slot would
+// fail alike. It returns the last error.
 func (s *Semaphore) attempt(ctx context.Context, capacity int) (*redlock.Lock, error) {
 	first := rand.N(capacity)
 	var err error
 	for k := range capacity {
+		slot := first + k // first+k may overflow for a huge capacity
+		if k >= capacity-first {
+			slot = k - (capacity - first)
+		}
 		var l *redlock.Lock
-		l, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, (first+k)%capacity, s.opts.TTL)
-		if !retryable(ctx, err) {
+		l, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, slot, s.opts.TTL)
+		if !retryable(ctx, err) || !slotRefused(err) {
 			return l, err
 		}
 	}
 	return nil, err
+}
+
+// slotRefused reports whether a master refused the permit in err, a
+// failed round: its slot was taken there, or the semaphore full. A round
+// that only found masters silent or failing would fail for any slot.
+func slotRefused(err error) bool {
+	var q *redlock.QuorumError
+	if !errors.As(err, &q) {
+		return false
+	}
+	for _, m := range q.Masters {
+		if errors.Is(m.Err, redlock.ErrHeldElsewhere) {
+			return true
+		}
+	}
+	return false
 }
 
 // wait is Acquire after its first attempt, which started at tried and

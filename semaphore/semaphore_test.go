@@ -343,3 +343,20 @@ func TestPermitIsALock(t *testing.T) {
 	err := l.Release(t.Context())
 	assert.True(t, errors.Is(err, redlock.ErrNotHeld) || strings.Contains(fmt.Sprint(err), "lost"), "%v", err)
 }
+
+// An attempt that reaches no quorum tries no other slot: every slot
+// would fail the same way. TryAcquire is one round, even for a capacity
+// of a million (a round per slot takes hours with three masters down).
+func TestNoQuorumTriesOneSlot(t *testing.T) {
+	c, clients := own(t, 1)
+	for _, i := range []int{0, 2, 4} {
+		require.NoError(t, c.Masters[i].Kill(t.Context()))
+	}
+	s := newSemaphore(t, clients[0], "noquorum", &semaphore.Options{TTL: 2 * time.Second})
+	// The bound is far above one round (a refused dial, or MasterTimeout).
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, err := s.TryAcquire(ctx, 1_000_000)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "TryAcquire went on past one round")
+}
