@@ -147,20 +147,21 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 			_ = got.Release(context.WithoutCancel(ctx))
 		}
 	}()
-	try := func() (*redlock.Lock, error) {
+	try := func(ctx context.Context) (*redlock.Lock, error) {
 		l, err := s.attempt(ctx, capacity)
 		got = l
 		stalled = hooks.ObserveAttempt(ctx, c, s.name, err, stalled)
 		return l, err
 	}
 	tried := time.Now()
-	l, err := try()
-	if retryable(ctx, err) {
-		l, err = s.wait(ctx, try, tried, err)
+	l, err := try(ctx)
+	if retry.Retryable(ctx, err) {
+		waker := permits.NewWaker(s.client, s.name, tried)
+		l, err = retry.Until(ctx, waker, s.opts, try, err)
 		hooks.ObserveWait(ctx, c, s.name, time.Since(start), l, err)
 	}
 	if err != nil {
-		return nil, ctxErr(ctx, err)
+		return nil, retry.CtxErr(ctx, err)
 	}
 	if s.opts.AutoRenew {
 		l.AutoRenew()
@@ -184,7 +185,7 @@ func (s *Semaphore) attempt(ctx context.Context, capacity int) (*redlock.Lock, e
 		}
 		var l *redlock.Lock
 		l, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, slot, s.opts.TTL)
-		if !retryable(ctx, err) || !slotRefused(err) {
+		if !retry.Retryable(ctx, err) || !slotRefused(err) {
 			return l, err
 		}
 	}
@@ -205,52 +206,4 @@ func slotRefused(err error) bool {
 		}
 	}
 	return false
-}
-
-// wait is Acquire after its first attempt, which started at tried and
-// failed with err.
-func (s *Semaphore) wait(ctx context.Context, try func() (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
-	waker := permits.NewWaker(s.client, s.name, tried)
-	got := false
-	defer func() {
-		if got {
-			waker.Close()
-		} else {
-			waker.GiveUp() // the release that woke it wakes another
-		}
-	}()
-	delay := s.opts.MinRetryDelay
-	for again := !waker.Settled(); ; again = true {
-		if again {
-			var l *redlock.Lock
-			if l, err = try(); !retryable(ctx, err) {
-				got = err == nil
-				return l, ctxErr(ctx, err)
-			}
-		}
-		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-waker.Wake():
-		case <-timer.C:
-			delay = min(2*delay, s.opts.MaxRetryDelay)
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctxErr(ctx, err)
-		}
-		timer.Stop()
-	}
-}
-
-// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has ended.
-func ctxErr(ctx context.Context, err error) error {
-	if end := ctx.Err(); err != nil && end != nil && !errors.Is(err, end) {
-		return fmt.Errorf("%w; gave up waiting: %w", err, end)
-	}
-	return err
-}
-
-// retryable reports whether a failed attempt is worth another: too few
-// masters admitted the permit, and ctx has not ended.
-func retryable(ctx context.Context, err error) bool {
-	return err != nil && errors.Is(err, redlock.ErrNotObtained) && ctx.Err() == nil
 }

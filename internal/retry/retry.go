@@ -1,5 +1,5 @@
-// Package retry holds what the blocking locks of package mutex and
-// rwmutex share: their options and the loop that waits for a lock.
+// Package retry holds what the blocking locks and the semaphore share:
+// their options and the loop that waits for a lock or a permit.
 package retry
 
 import (
@@ -126,11 +126,11 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	}()
 	tried := time.Now()
 	l, err := try(ctx)
-	if retryable(ctx, err) {
+	if Retryable(ctx, err) {
 		l, err = wait(ctx, c, key, wakeAll, opts, try, tried, err)
 		waited = true
 	}
-	err = ctxErr(ctx, err)
+	err = CtxErr(ctx, err)
 	if waited {
 		hooks.ObserveWait(ctx, c, key, time.Since(start), l, err)
 	}
@@ -149,7 +149,17 @@ func Wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 // with err.
 func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts Options,
 	try func(context.Context) (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
-	waker := hooks.NewWaker(c, key, wakeAll, tried)
+	return Until(ctx, hooks.NewWaker(c, key, wakeAll, tried), opts, try, err)
+}
+
+// Until retries try on each of waker's wake-ups, or when the jittered
+// fallback timer fires, until an attempt is not retryable or ctx ends.
+// err is the failed attempt before; it tries again at once unless waker
+// settled before that attempt began. Until stops waker: a waiter that
+// leaves without the lock gives up its wake-ups to the next. If ctx ends
+// first, the error matches ctx.Err() and tells the last attempt's outcome.
+func Until(ctx context.Context, waker link.Waker, opts Options,
+	try func(context.Context) (*redlock.Lock, error), err error) (*redlock.Lock, error) {
 	got := false
 	defer func() {
 		if got {
@@ -162,9 +172,9 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 	for again := !waker.Settled(); ; again = true {
 		if again {
 			var l *redlock.Lock
-			if l, err = try(ctx); !retryable(ctx, err) {
+			if l, err = try(ctx); !Retryable(ctx, err) {
 				got = err == nil
-				return l, err
+				return l, CtxErr(ctx, err)
 			}
 		}
 		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
@@ -174,23 +184,23 @@ func wait(ctx context.Context, c *redlock.Client, key string, wakeAll bool, opts
 			delay = min(2*delay, opts.MaxRetryDelay)
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, ctxErr(ctx, err)
+			return nil, CtxErr(ctx, err)
 		}
 		timer.Stop()
 	}
 }
 
-// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has
+// CtxErr makes err, an attempt's error, match ctx.Err() if ctx has
 // ended. The attempt may have seen it end only after its round.
-func ctxErr(ctx context.Context, err error) error {
+func CtxErr(ctx context.Context, err error) error {
 	if end := ctx.Err(); err != nil && end != nil && !errors.Is(err, end) {
 		return fmt.Errorf("%w; gave up waiting: %w", err, end)
 	}
 	return err
 }
 
-// retryable reports whether a failed attempt is worth another. The lock
+// Retryable reports whether a failed attempt is worth another. The lock
 // was held or the quorum not reached, and ctx has not ended.
-func retryable(ctx context.Context, err error) bool {
+func Retryable(ctx context.Context, err error) bool {
 	return err != nil && errors.Is(err, redlock.ErrNotObtained) && !errors.Is(err, redlock.ErrUpgrade) && ctx.Err() == nil
 }
