@@ -19,4 +19,10 @@
 // order leaders started, a lead seen to end before its lock's validity,
 // and observers that report every leader, in epoch order. PauseLeader
 // stalls one leader's own links for longer than the TTL.
+//
+// With Kind Semaphore the clients hold permits of one semaphore, each
+// section fenced by its token on the counter of its slot. CheckSemaphore
+// adds what a semaphore must keep: never more permits held at once than
+// the largest capacity given by one of them, and tokens that grow from
+// one Acquire to the next.
 package nemesis

@@ -25,6 +25,9 @@ const (
 	// Election is election.Election: each client is a candidate, and a
 	// section is one leadership, fenced by its epoch (see Term).
 	Election
+	// Semaphore is semaphore.Semaphore: each section holds a permit,
+	// fenced by its token on the resource of its slot (see Permit).
+	Semaphore
 )
 
 func (k Kind) String() string {
@@ -35,6 +38,8 @@ func (k Kind) String() string {
 		return "rwmutex.RWMutex"
 	case Election:
 		return "election.Election"
+	case Semaphore:
+		return "semaphore.Semaphore"
 	}
 	return "mutex.Mutex"
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/election"
 	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/semaphore"
 )
 
 // Config describes one run: the cluster, the clients and their load. The
@@ -63,6 +64,10 @@ type Config struct {
 
 	// Kind is the lock under test; default Exclusive.
 	Kind Kind
+	// Capacities, with Kind Semaphore: each acquire is given one of them
+	// at random. Keys becomes the largest: one resource per slot.
+	// Default: DefaultCapacity.
+	Capacities []int
 	// Fencing, if not nil, gives each section's token to the Resource.
 	Fencing FencingFunc
 	// Binary is the redis-server executable; default from PATH.
@@ -246,6 +251,9 @@ type Report struct {
 	// Result covers the terms' sections. LockCalls are then Campaign
 	// calls, and NotHeld Resign calls that found the lock gone.
 	Election *ElectionResult
+	// Semaphore is the semaphore checker's findings, with Kind
+	// Semaphore; Result covers the permits' sections by slot.
+	Semaphore *SemaphoreResult
 	// Takeovers are leaderships that began while the leader before was
 	// stalled (PauseLeader).
 	Takeovers int
@@ -282,6 +290,9 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 	}
 	if elect {
 		cfg.Keys = 1 // one election
+	}
+	if cfg.Kind == Semaphore {
+		cfg.setSemaphore()
 	}
 	if c, ok := nem.(io.Closer); ok { // after the masters stopped
 		defer func() { err = errors.Join(err, c.Close()) }()
@@ -414,6 +425,9 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 		}
 		rep.Election = CheckElection(terms, obs)
 	}
+	if cfg.Kind == Semaphore {
+		rep.Semaphore = CheckSemaphore(permitsOf(workers))
+	}
 	finals := make([]int64, len(res))
 	for k, r := range res {
 		finals[k] = r.Value()
@@ -439,6 +453,8 @@ type worker struct {
 	lockers []locker // one per key
 	elect   *election.Election
 	terms   []Term // with Kind Election
+	sem     *semaphore.Semaphore
+	permits []Permit // with Kind Semaphore
 	env     *Env
 	res     []*Resource // one per key
 
@@ -472,6 +488,14 @@ func (w *worker) connect() error {
 			return errors.Join(err, c.Close())
 		}
 		w.client, w.elect = c, e
+		return nil
+	}
+	if cfg.Kind == Semaphore {
+		s, err := cfg.newSemaphore(c)
+		if err != nil {
+			return errors.Join(err, c.Close())
+		}
+		w.client, w.sem = c, s
 		return nil
 	}
 	var lockers []locker
@@ -513,6 +537,12 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		if w.elect != nil {
 			if err := w.campaign(ctx, n); err != nil {
+				return err
+			}
+			continue
+		}
+		if w.sem != nil {
+			if err := w.permit(ctx, n); err != nil {
 				return err
 			}
 			continue

@@ -164,6 +164,8 @@ func benchstatSections(ctx context.Context, benchDir, raw string) ([]benchstatOu
 		{"Contended, 16 goroutines, one key (base: redsync-5)", ".name:Contended .unit:(sec/op OR ops/s OR allocs/op)",
 			"/lib@(redsync-5 redlock-5)", ".name"},
 		{"One slow master (base: all healthy)", ".name:SlowMaster .unit:(p50-ns OR p99-ns)", "/slow@(0ms 20ms)", "/lib"},
+		{"Semaphore, capacity 4 (base: redsync-5 slot locks)", ".name:Semaphore .unit:(sec/op OR ops/s OR allocs/op)",
+			"/lib@(redsync-5 redlock-5 redislock-1)", "/g"},
 		{"Number of masters (base: redsync)", ".name:Masters .unit:(sec/op OR p99-ns OR allocs/op)", "/lib@(redsync redlock)", "/masters"},
 	}
 	var outs []benchstatOut
