@@ -10,19 +10,14 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-// Acquire tries once to take the exclusive lock on key for ttl, under a
-// fresh random value. It returns a *Lock if a quorum of masters granted it
-// with validity left. Otherwise it undoes what it took, with fresh
-// contexts, and returns an error wrapping ErrNotObtained; a *QuorumError
-// tells each master's part. It blocks until the quorum is decided, within
-// MasterTimeout of the round's start (docs/api.md tells the setup before
-// a fresh client's first round, and the cleanup after a failed one). With
-// fencing, one more round runs when
-// the masters' counters differ. Cancelling ctx ends the attempt early; the
-// error then also matches ctx.Err(). ttl is used in whole milliseconds. It
-// must be longer than MasterTimeout and than its own drift allowance.
-// With fencing it must be at least 4*MasterTimeout: a fenced acquire
-// counts only if decided within a quarter of its TTL.
+// Acquire tries once to take the exclusive lock on key for ttl. It
+// returns a *Lock if a quorum of masters granted it in time; else it
+// undoes what it took, with fresh contexts, and returns an error wrapping
+// ErrNotObtained, such as a *QuorumError. It blocks for one round, within
+// MasterTimeout of its start (two with fencing if counters differ);
+// cancelling ctx ends it early, the error then matching ctx.Err(). ttl
+// must exceed MasterTimeout plus drift; with fencing, reach
+// 4*MasterTimeout, as a fenced acquire must be decided in a quarter of it.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -42,16 +37,15 @@ func (c *Client) AcquireAs(ctx context.Context, key, owner string, ttl time.Dura
 }
 
 // AcquireWrite takes the write side of the read-write lock named key for
-// owner, where no other owner writes or reads. It refuses a reader of key
-// with ErrUpgrade. Blocking and errors are those of Acquire.
+// owner, where no other owner writes or reads. It refuses a reader of
+// key with ErrUpgrade. Blocking and errors are Acquire's.
 func (c *Client) AcquireWrite(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	return c.acquireOwned(ctx, writeMode, key, owner, ttl, 0)
 }
 
 // AcquireRead takes the read side of the read-write lock named key for
 // owner, unless another owner writes or a writer waits. Readers share it;
-// a writer may also read (a downgrade). Read locks carry no fencing token.
-// Blocking and errors are those of Acquire.
+// a writer may also read. No token; blocking and errors are Acquire's.
 func (c *Client) AcquireRead(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	return c.acquireOwned(ctx, readMode, key, owner, ttl, 0)
 }
@@ -240,11 +234,10 @@ func (l *Lock) raiseFence(ctx context.Context, res quorum.Outcome, until time.Ti
 	return nil
 }
 
-// Reenter adds one hold for the lock's owner and renews its TTL, over the
-// quorum. A lock not held gets ErrNotHeld (ErrClosed after Close) and
-// nothing is sent. A failed Reenter wraps ErrNotObtained and leaves the
-// holds unchanged. It blocks for one quorum round, after any other
-// operation of the same Lock under way.
+// Reenter adds one hold for the owner and renews the TTL over the quorum,
+// blocking for one round after the Lock's other operations under way. A
+// lock not held gets ErrNotHeld (ErrClosed after Close), sending nothing;
+// a failed Reenter wraps ErrNotObtained and keeps the holds.
 func (l *Lock) Reenter(ctx context.Context) error {
 	if err := l.check(); err != nil {
 		return err

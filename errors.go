@@ -10,15 +10,13 @@ import (
 	"github.com/go-redlock/redlock/internal/clip"
 )
 
-// Errors of the package. Those marked "a master's" are MasterResult.Err
-// values in a QuorumError (docs/errors.md).
+// Errors an operation returns (docs/errors.md).
 var (
 	// ErrNotObtained means an acquire did not get the lock.
 	ErrNotObtained = errors.New("redlock: lock not obtained")
 	// ErrNotHeld means the lock is surely not held by a quorum any more.
 	ErrNotHeld = errors.New("redlock: lock not held")
-	// ErrNoQuorum means too few masters answered to tell whether a quorum
-	// holds the lock; it may still be held until its validity runs out.
+	// ErrNoQuorum: too few masters answered to tell; it may still be held.
 	ErrNoQuorum = errors.New("redlock: too few masters answered to decide")
 	// ErrInvalidArgument marks a value that cannot work; the message names it.
 	ErrInvalidArgument = errors.New("redlock: invalid argument")
@@ -28,24 +26,21 @@ var (
 	ErrReleased = errors.New("redlock: lock released")
 	// ErrClosed is returned by operations started after Client.Close.
 	ErrClosed = errors.New("redlock: client closed")
-	// ErrHeldElsewhere (a master's): it refused an acquire, held elsewhere.
-	ErrHeldElsewhere = errors.New("redlock: held by another owner")
-	// ErrNoReply (a master's): the round was decided before its answer.
-	ErrNoReply = errors.New("redlock: no reply before the quorum was decided")
-	// ErrMasterTimeout (a master's): no answer within MasterTimeout.
-	ErrMasterTimeout = errors.New("redlock: no reply within the master timeout")
-	// ErrMasterSilent (a master's): the round did not wait for it, as it
-	// had stopped answering. It matches ErrNoReply.
-	ErrMasterSilent error = silentError{}
-	// ErrWithdrawn (a master's): the round took back a call not yet sent,
-	// as the master was behind; no master error. It matches ErrNoReply.
-	ErrWithdrawn error = withdrawnError{}
+)
 
-	// ErrReplayingClient is wrapped by Client.Verify for a master whose
-	// go-redis client may send a lock call again after it may have run.
-	// A replay that lands after the call's undo leaves the lock on that
-	// master until its TTL. The message names the setting and its value.
-	// Dial builds clients that never replay.
+// A master's errors, in a QuorumError's MasterResult.Err, and Verify's.
+// ErrMasterSilent (it stopped answering) and ErrWithdrawn (its call was
+// withdrawn) match ErrNoReply.
+var (
+	ErrHeldElsewhere   = errors.New("redlock: held by another owner")
+	ErrNoReply         = errors.New("redlock: no reply before the quorum was decided")
+	ErrMasterTimeout   = errors.New("redlock: no reply within the master timeout")
+	ErrMasterSilent    = error(silentError{})
+	ErrWithdrawn       = error(withdrawnError{})
+	ErrNotReplicated   = errors.New("redlock: the write did not reach every replica in time")
+	ErrQuarantined     = errors.New("redlock: the master reaches a new server, which counts toward no new lock for the longest TTL")
+	ErrReplica         = errors.New("redlock: a replica does not count toward a quorum")
+	ErrSameServer      = errors.New("redlock: masters are the same server")
 	ErrReplayingClient = errors.New("redlock: the go-redis client may replay a lock call")
 )
 
@@ -71,21 +66,15 @@ func (silentError) Is(target error) bool { return target == ErrNoReply }
 
 // MasterResult is one master's part in a quorum round.
 type MasterResult struct {
-	Master string // the master's address, or "master<i>" when unknown
-	Agreed bool   // the master applied the operation, and it counts
-	// Err says why the master did not agree, or why its agreement does
-	// not count: one of the package's errors (docs/errors.md), the
-	// caller's context error, or the master's own.
-	Err error
-	// Latency is how long the master took to answer, from the round's
-	// start; 0 if it had not. Set only for an Observer.
-	Latency time.Duration
+	Master  string        // the master's address, or "master<i>" when unknown
+	Agreed  bool          // the master applied the operation, and it counts
+	Err     error         // why it did not agree, or why its agreement does not count
+	Latency time.Duration // its answer's time from the round's start, for an Observer
 }
 
-// QuorumError is returned when a round did not reach its quorum, or
-// reached it too late. It matches ErrNotObtained for an acquire; for an
-// extend or release, ErrNotHeld or ErrNoQuorum. It also matches the
-// caller's context error when that ended during the round.
+// QuorumError is a round that did not reach its quorum in time. It
+// matches ErrNotObtained for an acquire, ErrNotHeld or ErrNoQuorum for an
+// extend or release, and the caller's context error if that ended.
 type QuorumError struct {
 	Op      string         // "acquire", "fence", "extend", "renew", "release" or "resume"
 	Key     string         // the lock key, without prefix
@@ -175,10 +164,8 @@ func (e *QuorumError) Error() string {
 	return b.String()
 }
 
-// Unwrap exposes the sentinel and, if the caller's context ended, its
-// error. Where agreements held back by ErrNotReplicated or ErrQuarantined
-// cost the quorum, it exposes those too. Per-master errors stay in Masters: a timeout on one master says
-// nothing about the caller's context.
+// Unwrap exposes the sentinel, the caller's context error, and any
+// ErrNotReplicated or ErrQuarantined that cost the quorum.
 func (e *QuorumError) Unwrap() []error {
 	errs := []error{e.sentinel}
 	if e.lostBy != "" {

@@ -10,14 +10,12 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-// Extend sets the lock's TTL to ttl from now on every master that still
-// holds it, never shortening it there, and repairs masters that lost it
-// (docs/how-it-works.md). It succeeds only if a quorum agreed with
-// validity left; Until is then ttl from the round's start, less drift.
-// A failed Extend leaves Until unchanged and returns a *QuorumError:
-// ErrNotHeld where the lock is surely lost (Done closes) or agreed too
-// late, ErrNoQuorum where too few masters answered. It blocks for one
-// round, after any other operation of the same Lock under way.
+// Extend sets the lock's TTL to ttl from now on each master, never
+// shortening it, and sets it again where it was lost. If a quorum agreed
+// in time, Until is ttl from the round's start, less drift. Else it
+// returns a *QuorumError: ErrNotHeld if the lock is surely lost (Done
+// closes) or agreed too late, ErrNoQuorum if too few answered. It blocks
+// for one round, after the Lock's other operations under way.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	err := l.extend(ctx, ttl, "extend")
 	if l.check() == nil {
@@ -121,13 +119,9 @@ func (l *Lock) repairArgs(until time.Time, holds int64, token uint64) []any {
 	return l.args(argv{ttl: ttl, holds: holds, last: strconv.FormatUint(token, 10)})
 }
 
-// AutoRenew keeps the lock held until its last Release: it extends the
-// lock by its TTL about every third of it, in the background (one
-// goroutine renews all of a Client's locks, in batches). If renewal
-// cannot reach a quorum before the validity runs out, the lock is lost:
-// Done closes, and Err says why. It does not block. Calling it again, or
-// after the last Release or Close, does nothing. docs/api.md tells the
-// batches, the waits for replicas and the retries.
+// AutoRenew keeps the lock held until its last Release, extending it by
+// its TTL every third of it in the background; if renewal cannot reach a
+// quorum in time, Done closes. It does not block; a second call is a no-op.
 func (l *Lock) AutoRenew() {
 	if l.check() != nil {
 		return

@@ -18,23 +18,8 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-var (
-	// ErrSameServer matches a *SameServerError.
-	ErrSameServer = errors.New("redlock: masters are the same server")
-	// ErrReplica means a master is a replica: it does not count.
-	ErrReplica = errors.New("redlock: a replica does not count toward a quorum")
-	// ErrNotReplicated is a master's error in a QuorumError when not every
-	// replica took its write in time (WAIT): its agreement does not count.
-	ErrNotReplicated = errors.New("redlock: the write did not reach every replica in time")
-	// ErrQuarantined is a master's error in a QuorumError when it reaches
-	// a new server (a new run_id), which counts toward no new lock for the
-	// longest TTL.
-	ErrQuarantined = errors.New("redlock: the master reaches a new server, which counts toward no new lock for the longest TTL")
-)
-
-// SameServerError means two masters answered with the same run_id: they
-// are one redis-server, and only one of them counts in a round. It
-// matches ErrSameServer.
+// SameServerError means two masters are one redis-server (same run_id):
+// only one counts in a round. It matches ErrSameServer.
 type SameServerError struct {
 	First, Second         int    // positions in the masters given to New; First < Second
 	FirstName, SecondName string // their names, as in MasterResult.Master
@@ -51,7 +36,6 @@ func (e *SameServerError) Error() string {
 	return fmt.Sprintf("redlock: same server as master %d (%s, run_id %s)", counted, name, e.RunID)
 }
 
-// Is matches ErrSameServer.
 func (e *SameServerError) Is(target error) bool { return target == ErrSameServer }
 
 // serverID is what a master said about itself.
@@ -414,15 +398,12 @@ func (e *masterProblem) Error() string {
 
 func (e *masterProblem) Unwrap() error { return e.err }
 
-// Verify asks every master who it is (INFO: run_id and role), in
-// parallel, and reports each that does not count toward a quorum, or may
-// not: a replica (ErrReplica), the same server as an earlier master
-// (ErrSameServer), one that cannot be identified, or one that did not
-// answer, or a master whose go-redis client retries failed calls
-// (MaxRetries above 0: ErrReplayingClient). A cluster master's nodes are
-// each checked. It blocks until every master answered or ctx ended, at most
-// 4*MasterTimeout. It returns one error per master with a problem,
-// joined. It is safe for concurrent use. docs/api.md tells the details.
+// Verify asks each master, in parallel, who it is (INFO) and joins an
+// error per one that may not count: a replica (ErrReplica), a server
+// twice (ErrSameServer), one unidentified or silent, or one whose client
+// retries calls (ErrReplayingClient); a cluster's nodes each. Safe for
+// concurrent use, it blocks until all answered or ctx ended, at most
+// 4*MasterTimeout.
 func (c *Client) Verify(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err

@@ -36,12 +36,10 @@ import (
 // report lets sigMu go around each event. Lock.mu is held while a round
 // calls the Observer, so an Observer must not call back into the Lock.
 
-// Lock is a lock held on a quorum of masters: one exclusive acquisition,
+// Lock is a lock held on a quorum of masters: an exclusive acquisition,
 // or an owner's holds on a reentrant, read or write lock. It is safe for
-// concurrent use; its operations run one at a time. Locks come from a
-// Client's Acquire methods and Resume: a zero or nil Lock is not held, its Done is
-// closed, and its operations and Err return an error wrapping
-// ErrInvalidArgument.
+// concurrent use; its operations run one at a time. A zero or nil Lock
+// is not held, and its methods return errors wrapping ErrInvalidArgument.
 type Lock struct {
 	lockID // set before the Lock is returned, then never changed
 
@@ -166,8 +164,7 @@ func (l *Lock) Key() string {
 	return l.key
 }
 
-// Value returns the value that identifies the holder on the masters: a
-// random value for Acquire, the owner for the other kinds of lock.
+// Value is the holder on the masters: Acquire's random value, or the owner.
 func (l *Lock) Value() string {
 	if l == nil {
 		return ""
@@ -175,11 +172,9 @@ func (l *Lock) Value() string {
 	return l.value
 }
 
-// Token returns the fencing token of this acquisition: larger than every
-// earlier token of the lock's name (docs/guarantees.md, assumption 4, for
-// when a master lost the name's counter). The resource the lock protects
-// must reject a token lower than one it has seen. Re-entering keeps it.
-// It is 0 for read locks and with Options.NoFencing.
+// Token returns the acquisition's fencing token, larger than every
+// earlier one of the name (docs/guarantees.md: assumption 4); 0 for read
+// locks or NoFencing. The resource must reject one below one it has seen.
 func (l *Lock) Token() uint64 {
 	if l == nil {
 		return 0
@@ -187,8 +182,7 @@ func (l *Lock) Token() uint64 {
 	return l.token
 }
 
-// Holds returns how many times the owner holds the lock: 1 after acquire,
-// one more per Reenter, one less per Release.
+// Holds returns the owner's holds: 1 at first, +1 per Reenter, -1 per Release.
 func (l *Lock) Holds() int {
 	if l == nil {
 		return 0
@@ -198,9 +192,8 @@ func (l *Lock) Holds() int {
 	return l.holds
 }
 
-// Until returns the time until which the lock is safely held: a deadline on
-// the monotonic clock. After the last Release, or once it has passed, the
-// lock is not held. It is the zero time for a zero or nil Lock.
+// Until returns the monotonic deadline until which the lock is safely
+// held, if not released; zero for a zero or nil Lock.
 func (l *Lock) Until() time.Time {
 	if l.check() != nil {
 		return time.Time{}
@@ -208,9 +201,7 @@ func (l *Lock) Until() time.Time {
 	return l.client.epoch.Add(time.Duration(l.life.until.Load()))
 }
 
-// Held reports whether the lock is still held. Its validity has not run
-// out, it was neither released nor lost (Done is open), and its Client
-// is not closed.
+// Held reports whether the lock is held: Done open, Until ahead, Client open.
 func (l *Lock) Held() bool {
 	return l.check() == nil && !l.life.ended() && !l.client.gate.closing() && time.Now().Before(l.Until())
 }

@@ -7,20 +7,17 @@ import (
 	"time"
 )
 
-// Observer receives every quorum round a Client runs and the events of
-// its locks (Options.Observer). Its methods are called synchronously, on
-// the caller's goroutine or the library's, possibly concurrently. They
-// must be fast, must not block nor panic, and must not call back into
-// the Client or its Locks. ctx is the operation's context, for tracing;
-// it may have ended. One Lock's events come in order; order one key's
-// holders by Token. docs/observability.md tells the rest.
+// Observer receives a Client's rounds and its locks' events, synchronously
+// and maybe concurrently, on any goroutine. It must be fast, must not
+// block nor panic, nor call back into the Client or its Locks. ctx is the
+// operation's, maybe ended. A Lock's events come in order; order a key's
+// holders by Token.
 type Observer interface {
 	ObserveRound(ctx context.Context, r Round)
 	ObserveEvent(ctx context.Context, e Event)
 }
 
-// Round is one decided quorum round: an acquire, fence, extend, renew,
-// release or resume sent to every master.
+// Round is one decided quorum round, sent to every master.
 type Round struct {
 	Op       string         // "acquire", "fence", "extend", "renew", "release", "resume"
 	Key      string         // the lock's name, without KeyPrefix
@@ -57,16 +54,14 @@ func (k EventKind) String() string {
 
 // Event is one event of a lock's life.
 type Event struct {
-	Kind  EventKind
-	Key   string // the lock's name, without KeyPrefix
-	Read  bool   // a read lock
-	Token uint64 // the lock's fencing token, 0 if none
-	Until time.Time
-	Wait  time.Duration // EventWaited
-	// WasLost: for EventReleased, the lock had been lost before (and
-	// EventLost reported); a count of held locks goes down only once.
-	WasLost bool
-	Err     error
+	Kind    EventKind
+	Key     string        // the lock's name, without KeyPrefix
+	Read    bool          // a read lock
+	Token   uint64        // the lock's fencing token, 0 if none
+	Until   time.Time     // the lock's deadline while it is held; else zero
+	Wait    time.Duration // how long an EventWaited waited
+	WasLost bool          // EventReleased: EventLost came before; count it once
+	Err     error         // why, for the kinds that say so
 }
 
 // observe reports an event of l at once, if the client has an Observer.
@@ -181,10 +176,8 @@ const (
 	outcomeError     = "error"
 )
 
-// Outcome names how an operation ended, from the error it returned, for
-// metrics and logs: ok, contended (held elsewhere), canceled, closed, and
-// the failures not_held, no_quorum, expired and error (docs/errors.md).
-// A healthy service under contention shows only ok and contended.
+// Outcome names how an operation ended, for metrics: ok, contended,
+// canceled, closed, or the failures not_held, no_quorum, expired, error.
 func Outcome(err error) string {
 	var qe *QuorumError
 	switch {
@@ -239,8 +232,8 @@ func (e *QuorumError) outcome() string {
 }
 
 // Observers returns one Observer that hands each round and event to
-// every one of obs, in order (an slogobserver and an otelredlock one,
-// say). Nil ones are skipped; with none left it returns nil.
+// every one of obs, in order. Nil ones are skipped; with none left it
+// returns nil.
 func Observers(obs ...Observer) Observer {
 	var list observers
 	for _, o := range obs {

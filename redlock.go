@@ -29,67 +29,29 @@ const maxMasters = 64
 // Defaults of Options.
 const (
 	DefaultMasterTimeout = 50 * time.Millisecond
+	DefaultDriftFactor   = 0.01 // share of a TTL set aside for clock drift
 )
 
-// DefaultDriftFactor is the share of a lock's TTL set aside for clock drift
-// between the client and the masters.
-const DefaultDriftFactor = 0.01
-
-// Options configure a Client. The zero value of each field selects its
-// default.
+// Options configure a Client. A field's zero value selects its default:
+// a majority quorum, DefaultMasterTimeout, DefaultDriftFactor, random
+// values, the rest off (docs/options.md: bounds).
 type Options struct {
-	// Quorum is how many masters must agree for an operation to succeed.
-	// It must be more than half of the masters and at most all of them.
-	// Default: len(masters)/2 + 1.
-	Quorum int
-
-	// MasterTimeout bounds the wait for each master, so that a dead or
-	// paused master cannot hold an operation back; a call may go on in
-	// the background for up to 4*MasterTimeout. Keep it small compared
-	// with the TTLs (the Redlock paper suggests 5-50ms for 10s); at least
-	// 1ms. Default: 50ms (DefaultMasterTimeout).
-	MasterTimeout time.Duration
-
-	// DriftFactor is the share of the TTL set aside for clock drift between
-	// the client and the masters. 2ms are always added: Redis' expiry
-	// precision plus a minimum drift. It must be in (0, 1), or -1 for none
-	// (the 2ms only). Default: 0.01 (DefaultDriftFactor).
-	DriftFactor float64
-
-	// KeyPrefix is prepended to every lock name; any string works
-	// (docs/keys.md). Default: "".
-	KeyPrefix string
-
-	// NoFencing turns fencing tokens off: Lock.Token returns 0. With
-	// fencing (the default) an acquisition must be decided within a
-	// quarter of its TTL, so a fenced TTL below 4*MasterTimeout is
-	// refused where it is given. docs/locks.md tells what tokens guarantee.
-	NoFencing bool
-
-	// NoRepair turns quorum repair off: by default each successful Extend
-	// and renewal sets the lock again on masters that lost it, such as one
-	// that restarted empty (docs/guarantees.md).
-	NoRepair bool
-
-	// Observer, if not nil, receives every quorum round and every lock
-	// event (see Observer). Observers combines several. Default: nil, and
-	// then nothing is measured.
-	Observer Observer
-
-	// NewValue returns the value that identifies one acquisition: unique,
-	// unguessable, not empty, without '}'. Default: 128 random bits from
-	// crypto/rand.
+	Quorum        int           // masters that must agree: more than half, at most all
+	MasterTimeout time.Duration // bounds the wait for each master; keep it well below TTLs
+	DriftFactor   float64       // share of the TTL set aside for clock drift, plus 2ms
+	KeyPrefix     string        // prepended to every lock name; any string works
+	NoFencing     bool          // turns fencing tokens off: Lock.Token returns 0
+	NoRepair      bool          // turns off setting the lock again where it was lost
+	Observer      Observer      // receives every round and lock event; Observers joins several
+	// NewValue makes each acquisition's value: unique, unguessable, no '}'.
 	NewValue func() (string, error)
-
-	// Holder describes this client's locks to people (host and pid, say):
-	// stored with each lock, shown by `redlock inspect`. At most 200
-	// bytes, no '}' nor control character. Default: "", nothing stored.
+	// Holder describes the locks to people (host, pid) in `redlock inspect`.
 	Holder string
 }
 
-// Client acquires locks on a set of independent Redis masters. Make one
-// with New or Dial; Close ends its background work. It is safe for concurrent
-// use. The methods of a zero or nil Client return an error wrapping
+// Client acquires locks on a set of independent Redis masters; Dial or
+// New makes one, Close ends its work. It is safe for concurrent use. A
+// zero or nil Client's methods return an error wrapping
 // ErrInvalidArgument and do nothing.
 type Client struct {
 	config              // set by New, then never changed
@@ -122,14 +84,10 @@ type config struct {
 	holder        string // appended to each nonce, after a space
 }
 
-// New returns a Client for the given masters, which must be independent
-// (no replication between them). Any go-redis client works: *redis.Client
-// (standalone or Sentinel-managed), *redis.ClusterClient, *redis.Ring, or
-// a redis.UniversalClient. Give each MaxRetries -1, so that go-redis never
-// replays a lock call. opts may be nil for the defaults. New does no I/O;
-// it returns an error wrapping ErrInvalidArgument that names the first
-// invalid value, such as the same master twice. docs/masters.md tells how
-// masters are identified, waited for (WAIT) and routed (Cluster).
+// New returns a Client of masters, any go-redis clients with no
+// replication between them. Give each MaxRetries -1, so that go-redis
+// never replays a lock call. opts may be nil. New does no I/O; it
+// returns an error wrapping ErrInvalidArgument that names a bad value.
 func New[C redis.Scripter](masters []C, opts *Options) (*Client, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -257,8 +215,7 @@ func identity(c redis.Scripter) any {
 
 func randomValue() (string, error) { return rand.Text(), nil }
 
-// NewOwner returns a new owner identity for reentrant and read-write locks:
-// a random (version 4) UUID, from crypto/rand.
+// NewOwner returns a random owner for reentrant and read-write locks.
 func NewOwner() string { return uuid.NewString() }
 
 // check returns an error if c was not made by New.
@@ -292,10 +249,9 @@ func (c *Client) Masters() []string {
 	return names
 }
 
-// LoadScripts loads every script on every master, so that the first
-// operations need no fallback; it is optional. It blocks until every
-// master answered (each within 4*MasterTimeout), ctx ended, or Close gave
-// up. It returns the masters' errors joined.
+// LoadScripts loads the scripts on every master, so that first calls need
+// no fallback; it is optional. It blocks until each master answered
+// (within 4*MasterTimeout), ctx ended, or Close gave up.
 func (c *Client) LoadScripts(ctx context.Context) error {
 	if err := c.check(); err != nil {
 		return err
@@ -339,12 +295,10 @@ func (c *Client) LoadScripts(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close ends every live lock of the client: renewal stops, Done closes
-// with ErrClosed, and the locks stay on the masters until they expire.
-// It retries pending cleanups at once and blocks until they and the
-// calls in flight end: about 8*MasterTimeout at most (docs/api.md tells
-// the exceptions). Nothing is left running afterwards; later operations
-// return ErrClosed. It closes the go-redis clients only if Dial made them.
+// Close ends the live locks (Done closes with ErrClosed; the keys expire),
+// retries pending cleanups at once, and blocks until they and calls in
+// flight end, about 8*MasterTimeout at most (docs/api.md: exceptions).
+// Later operations return ErrClosed. It closes clients Dial made.
 func (c *Client) Close() error {
 	if err := c.check(); err != nil {
 		return err

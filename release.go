@@ -10,14 +10,12 @@ import (
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
-// Release gives up one hold; the last one deletes the lock on every
-// master that holds it and wakes waiters. It uses ctx only for its values:
-// a release must not be lost to a cancelled context. It returns nil if a
-// quorum still held the lock, else a *QuorumError wrapping ErrNotHeld (the
-// lock was lost: the work may have overlapped another holder's) or
-// ErrNoQuorum (too few masters answered to tell). Either way the hold is
-// gone. It blocks for one round, at most MasterTimeout after a renewal
-// under way; slower masters get the delete in the background.
+// Release gives up one hold; the last deletes the lock and wakes waiters.
+// It uses ctx only for its values, so that a cancelled ctx cannot lose a
+// release. It returns nil if a quorum still held the lock, else a
+// *QuorumError wrapping ErrNotHeld (the work may have overlapped another
+// holder's) or ErrNoQuorum (too few answered). It blocks for one round,
+// after a renewal under way; slow masters are released in the background.
 func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, nil) }
 
 // release is Release. The last one hands the lock on: it wakes this

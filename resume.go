@@ -15,15 +15,12 @@ var (
 	remainingScript = scripts.get("remaining")
 )
 
-// Resume takes over the exclusive or reentrant lock on key that owner
-// holds, after a restart of its process or from another one. owner is the
-// owner given to AcquireAs, or the Value of a Lock from Acquire. The new
-// Lock keeps the token, has one hold, and is valid only as long as the
-// quorum's remaining TTLs, never longer; ttl is that of its later Extends
-// and renewals. An older Lock of owner's loses the lock. Where too few
-// masters hold it for owner, it returns an error wrapping ErrNotObtained
-// and undoes nothing. It blocks for two or three rounds; cancelling ctx
-// ends it early. Read and write locks cannot be resumed.
+// Resume takes over, after a restart, the exclusive or reentrant lock on
+// key that owner (AcquireAs's, or a Lock's Value) holds: same token, one
+// hold, valid no longer than the quorum's remaining TTLs; ttl is for later
+// renewals. An older Lock of owner's loses it. Where too few masters hold
+// it, Resume wraps ErrNotObtained and undoes nothing. It blocks for two
+// or three rounds; cancelling ctx ends it early.
 func (c *Client) Resume(ctx context.Context, key, owner string, ttl time.Duration) (*Lock, error) {
 	if err := c.check(); err != nil {
 		return nil, err

@@ -11,21 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Dial returns a Client of the masters at addrs, each reached through a
-// go-redis client of its own. An address is "host:port", or a redis://
-// or rediss:// URL for a user, a password, a database or TLS. Each
-// client is set up as redlock needs, whatever the URL says:
-//   - MaxRetries -1: a call that may have run is never sent again;
-//   - ContextTimeoutEnabled: a call ends at redlock's deadline;
-//   - DialerRetries 1: a master refusing connections fails at once;
-//   - dial, read and write timeouts of 4*MasterTimeout, unless a URL
-//     sets them: redlock waits no longer for a call.
-//
-// Dial does no I/O: connections open on first use (Verify checks the
-// masters). It returns an error wrapping ErrInvalidArgument for an empty
-// list, a malformed address, or anything New refuses. Close closes the
-// clients. For other settings (Sentinel, pool sizes), build the clients
-// and call New.
+// Dial returns a Client of the masters at addrs, "host:port" or redis://
+// URLs, each through a go-redis client that never replays a call and
+// ends it at redlock's deadline. It does no I/O; Close closes the
+// clients. It returns an error wrapping ErrInvalidArgument for a bad
+// list or address, or what New refuses. For Sentinel or pool settings,
+// build the clients and call New.
 func Dial(addrs []string, opts *Options) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, invalidf("no master addresses")

@@ -15,16 +15,13 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// ChannelSubscriber is a master's client, other than a go-redis client,
-// that can subscribe to a channel. Its waiters are then woken by releases
-// (wake-on-release; see package rueidisadapter). A master's client that is
-// neither leaves its waiters to retry on their timers.
+// ChannelSubscriber is a master's client, other than go-redis', that can
+// follow a channel, so that releases wake waiters (see rueidisadapter).
+// Without one, waiters retry on their timers.
 type ChannelSubscriber interface {
-	// FollowChannel calls message with each payload published on channel,
-	// and subscribed each time the server confirms the subscription. It
-	// blocks until ctx ends, resubscribing as needed, and returns soon
-	// after; neither function is called after it returns, and neither
-	// may block.
+	// FollowChannel calls subscribed on each confirmed subscription and
+	// message on each payload, resubscribing as needed, until ctx ends.
+	// It calls neither after it returns, and neither may block.
 	FollowChannel(ctx context.Context, channel string, subscribed func(), message func(payload string))
 }
 

@@ -162,16 +162,12 @@ func (l *Lock) lostCause() error {
 	return l.life.cause
 }
 
-// Done returns a channel closed when the lock is no longer held: its
-// validity ran out, renewal or a round of this Lock found it lost, the
-// last Release ran, or Client.Close did. Err then tells why. Done of a
-// zero or nil Lock is closed.
+// Done returns a channel closed when the lock is no longer held: it ran
+// out or was lost, released, or closed by Client.Close. Err tells why.
 func (l *Lock) Done() <-chan struct{} { return l.signal().done }
 
-// Err returns nil while Done is open. Afterwards it returns ErrReleased
-// after the last Release, or ErrClosed after Client.Close. Else it returns
-// an error wrapping ErrNotHeld that says how the lock was lost. For a zero
-// or nil Lock it returns an error wrapping ErrInvalidArgument.
+// Err returns nil while Done is open, then ErrReleased, ErrClosed after
+// Client.Close, or an ErrNotHeld that says how the lock was lost.
 func (l *Lock) Err() error {
 	if err := l.check(); err != nil {
 		return err
@@ -184,6 +180,5 @@ func (l *Lock) Err() error {
 	}
 }
 
-// Context returns a context that is cancelled when Done is closed, with
-// Err as its cause (context.Cause).
+// Context returns a context cancelled when Done closes, Err its cause.
 func (l *Lock) Context() context.Context { return l.signal().ctx }

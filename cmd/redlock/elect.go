@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,14 +49,8 @@ type electCmd struct {
 // ends.
 func electCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &electCmd{name: args[0], stdout: stdout}
-	fs := flag.NewFlagSet("redlock "+c.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, electUsage)
-		fs.PrintDefaults()
-	}
-	masters := fs.String("masters", os.Getenv(EnvMasters), "comma-separated host:port of the masters (default $"+EnvMasters+")")
-	fs.StringVar(&c.prefix, "prefix", "", "the clients' redlock.Options.KeyPrefix")
+	fs := newFlags(c.name, electUsage, stderr)
+	masters := mastersFlags(fs, &c.prefix, "")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "observe: the election's TTL; the history is read again every quarter of it, should a change go unheard")
 	fs.DurationVar(&c.masterTimeout, "master-timeout", redlock.DefaultMasterTimeout, "redlock.Options.MasterTimeout")
 	fs.BoolVar(&c.json, "json", false, "print JSON (observe: one object per line)")
@@ -74,10 +66,10 @@ func electCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Usage()
 		return 2
 	}
-	c.masters = splitMasters(*masters)
+	c.masters = masters()
 	switch {
 	case len(c.masters) == 0:
-		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
+		return usage(noMasters)
 	case len(pos) != 1:
 		return usage("want one NAME, got %d arguments", len(pos))
 	}
@@ -106,17 +98,6 @@ func electCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	c.print(info, time.Now())
 	return 0
-}
-
-// splitMasters splits -masters at commas, dropping empty parts.
-func splitMasters(s string) []string {
-	var masters []string
-	for m := range strings.SplitSeq(s, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			masters = append(masters, m)
-		}
-	}
-	return masters
 }
 
 // newClient returns a client on masters, and what closes it and them.

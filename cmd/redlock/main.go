@@ -75,12 +75,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			return electCLI(ctx, args, stdout, stderr)
 		}
 	}
-	fs := flag.NewFlagSet("redlock demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("demo", usage, stderr)
 	cfg := defaultConfig()
 	var masters string
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "number of workers, each with its own redlock.Client")
@@ -110,11 +105,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock demo: unexpected arguments %q\n", rest)
 		return 2
 	}
-	for m := range strings.SplitSeq(masters, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			cfg.masters = append(cfg.masters, m)
-		}
-	}
+	cfg.masters = splitMasters(masters)
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintf(stderr, "redlock demo: %v\n", err)
 		return 2
@@ -134,6 +125,42 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newFlags returns the flag set of the command "redlock name", which
+// prints its errors, and usage followed by its flags, to stderr.
+func newFlags(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("redlock "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// noMasters is the usage error of a command that reaches masters and was
+// given none.
+const noMasters = "no masters: give -masters host:port,... or set " + EnvMasters
+
+// mastersFlags adds -masters and -prefix, the flags of every command that
+// reaches running masters; note ends -masters' help. The function it
+// returns gives the addresses of -masters once fs is parsed.
+func mastersFlags(fs *flag.FlagSet, prefix *string, note string) func() []string {
+	masters := fs.String("masters", os.Getenv(EnvMasters), "comma-separated host:port of the masters"+note+" (default $"+EnvMasters+")")
+	fs.StringVar(prefix, "prefix", "", "the clients' redlock.Options.KeyPrefix")
+	return func() []string { return splitMasters(*masters) }
+}
+
+// splitMasters splits -masters at commas, dropping empty parts.
+func splitMasters(s string) []string {
+	var masters []string
+	for m := range strings.SplitSeq(s, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			masters = append(masters, m)
+		}
+	}
+	return masters
 }
 
 // parseArgs parses args with fs, taking flags after positional arguments

@@ -31,12 +31,7 @@ Flags:`
 // returns the exit status. It blocks until ctx ends, then stops the
 // masters.
 func mastersCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("redlock masters", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, mastersUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("masters", mastersUsage, stderr)
 	n := fs.Int("n", 5, "how many masters")
 	port := fs.Int("port", 7001, "the first master's port; the others follow it")
 	inProcess := fs.Bool("in-process", false, "serve in-process masters even where redis-server is installed")

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -67,14 +66,8 @@ type opsCmd struct {
 // passed.
 func opsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &opsCmd{name: args[0], stdout: stdout}
-	fs := flag.NewFlagSet("redlock "+c.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, opsUsage)
-		fs.PrintDefaults()
-	}
-	masters := fs.String("masters", os.Getenv(EnvMasters), "comma-separated host:port of the masters, in the order the clients use (default $"+EnvMasters+")")
-	fs.StringVar(&c.prefix, "prefix", "", "the clients' redlock.Options.KeyPrefix")
+	fs := newFlags(c.name, opsUsage, stderr)
+	masters := mastersFlags(fs, &c.prefix, ", in the order the clients use")
 	fs.BoolVar(&c.json, "json", false, "print JSON (watch: one object per line)")
 	fs.DurationVar(&c.timeout, "timeout", time.Second, "bound of the calls to each master")
 	fs.DurationVar(&c.interval, "interval", 500*time.Millisecond, "watch: time between refreshes")
@@ -93,15 +86,11 @@ func opsCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlock %s: %s\n", c.name, fmt.Sprintf(format, a...))
 		return 2
 	}
-	for m := range strings.SplitSeq(*masters, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			c.masters = append(c.masters, m)
-		}
-	}
+	c.masters = masters()
 	wantKey := c.name != "verify"
 	switch {
 	case len(c.masters) == 0:
-		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
+		return usage(noMasters)
 	case wantKey && len(pos) != 1:
 		return usage("want one KEY, got %d arguments", len(pos))
 	case !wantKey && len(pos) != 0:

@@ -65,14 +65,8 @@ type holder func(ctx context.Context, child func(ctx context.Context, until func
 // or, without the lock, until ctx ends (-wait) or at once.
 func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &runCmd{stdin: stdin, stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("redlock run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, runUsage)
-		fs.PrintDefaults()
-	}
-	masters := fs.String("masters", os.Getenv(EnvMasters), "comma-separated host:port of the masters (default $"+EnvMasters+")")
-	fs.StringVar(&c.prefix, "prefix", "", "the clients' redlock.Options.KeyPrefix")
+	fs := newFlags("run", runUsage, stderr)
+	masters := mastersFlags(fs, &c.prefix, "")
 	fs.StringVar(&c.key, "lock", "", "the lock's name (required)")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "the lock's TTL; it is renewed every third of it")
 	fs.StringVar(&c.elect, "elect", "", "run CMD as the leader of this election, instead of -lock")
@@ -91,7 +85,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.Usage()
 		return 2
 	}
-	c.masters = splitMasters(*masters)
+	c.masters = masters()
 	c.argv = fs.Args()
 	valueSet, graceSet := false, false
 	fs.Visit(func(f *flag.Flag) {
@@ -103,7 +97,7 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	switch {
 	case len(c.masters) == 0:
-		return usage("no masters: give -masters host:port,... or set %s", EnvMasters)
+		return usage(noMasters)
 	case (c.key == "") == (c.elect == ""):
 		return usage("give -lock KEY or -elect NAME, one of them")
 	case valueSet && c.elect == "":

@@ -124,7 +124,7 @@ func StartRedisCluster(ctx context.Context, opts RedisClusterOptions) (rc *Redis
 	}
 	for i := shards; i < len(addrs); i++ {
 		// A node must know the master before it can replicate it.
-		if err := poll(ctx, fmt.Sprintf("%s replicates %s", addrs[i], addrs[i-shards]), func() (bool, error) {
+		if err := Poll(ctx, fmt.Sprintf("%s replicates %s", addrs[i], addrs[i-shards]), func() (bool, error) {
 			err := servers.Admin(i).Do(ctx, "CLUSTER", "REPLICATE", ids[i-shards]).Err()
 			return err == nil, err
 		}); err != nil {
@@ -245,7 +245,7 @@ func (rc *RedisCluster) awaitShard(ctx context.Context, slot, master, replica in
 	if replica >= 0 {
 		want = append(want, replica)
 	}
-	return poll(ctx, fmt.Sprintf("every node maps slot %d to servers %v", slot, want), func() (bool, error) {
+	return Poll(ctx, fmt.Sprintf("every node maps slot %d to servers %v", slot, want), func() (bool, error) {
 		for s := range rc.down {
 			if rc.isDown(s) {
 				continue
@@ -338,7 +338,7 @@ func (rc *RedisCluster) Failover(ctx context.Context, key string) (demoted, prom
 func (rc *RedisCluster) promote(ctx context.Context, r int, how string) error {
 	admin := rc.Servers.Admin(r)
 	sent := false
-	return poll(ctx, fmt.Sprintf("server %d becomes a master (CLUSTER FAILOVER %s)", r, how), func() (bool, error) {
+	return Poll(ctx, fmt.Sprintf("server %d becomes a master (CLUSTER FAILOVER %s)", r, how), func() (bool, error) {
 		role, err := admin.Do(ctx, "ROLE").Slice()
 		if err == nil && len(role) > 0 && role[0] == "master" {
 			return true, nil
@@ -369,24 +369,4 @@ func (rc *RedisCluster) ReadKey(ctx context.Context, i int, key string) (string,
 		return "", err
 	}
 	return get.Val(), nil
-}
-
-// poll calls cond every 20ms until it holds or ctx ends. The error names
-// what and the last error of cond.
-func poll(ctx context.Context, what string, cond func() (bool, error)) error {
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting until %s: %w (last error: %v)", what, ctx.Err(), last)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
