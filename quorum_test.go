@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -198,6 +199,10 @@ func TestRecoversFromNoScript(t *testing.T) {
 	for range 2 {
 		l, err := c.Acquire(context.Background(), "k", time.Second)
 		require.NoError(t, err)
+		// The quorum may decide before fs[0] answers. A release sent
+		// meanwhile would find NOSCRIPT too, and load it a second time.
+		require.Eventually(t, func() bool { return slices.Contains(fs[0].callNames(), "acquire") },
+			5*time.Second, time.Millisecond, "fs[0] runs the acquire")
 		require.NoError(t, l.Release(context.Background()))
 	}
 	require.NoError(t, c.Close())
