@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // Sentinel settings of every group: a primary is down after 1s of
@@ -106,7 +107,7 @@ func startSentinelGroup(ctx context.Context, name string) (g *SentinelGroup, err
 	// and a replica they know.
 	for i := range g.Sentinels.Masters {
 		s := g.Sentinels.Admin(i)
-		if err := poll(ctx, "sentinel "+g.Sentinels.Masters[i].Addr()+" knows the replica and the others", func() (bool, error) {
+		if err := harness.Poll(ctx, "sentinel "+g.Sentinels.Masters[i].Addr()+" knows the replica and the others", func() (bool, error) {
 			reps, err := s.Do(ctx, "SENTINEL", "REPLICAS", name).Slice()
 			if err != nil {
 				return false, err
@@ -120,30 +121,10 @@ func startSentinelGroup(ctx context.Context, name string) (g *SentinelGroup, err
 	return g, nil
 }
 
-// poll calls cond every 20ms until it holds or ctx ends. The error names
-// what and the last error of cond.
-func poll(ctx context.Context, what string, cond func() (bool, error)) error {
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting until %s: %w (last error: %v)", what, ctx.Err(), last)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // awaitInSync waits until the replica that admin reaches has its link to
 // its primary up.
 func awaitInSync(ctx context.Context, admin *redis.Client) error {
-	return poll(ctx, admin.Options().Addr+" is a replica in sync", func() (bool, error) {
+	return harness.Poll(ctx, admin.Options().Addr+" is a replica in sync", func() (bool, error) {
 		info, err := admin.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up"), err
 	})
@@ -307,7 +288,7 @@ func (g *SentinelGroup) KillPrimary(ctx context.Context) error {
 // and it says it is one.
 func (g *SentinelGroup) awaitPromoted(ctx context.Context, i int) error {
 	want := g.Servers.Masters[i].Addr()
-	return poll(ctx, fmt.Sprintf("group %s promotes %s", g.Name, want), func() (bool, error) {
+	return harness.Poll(ctx, fmt.Sprintf("group %s promotes %s", g.Name, want), func() (bool, error) {
 		for s := range g.Sentinels.Masters {
 			addr, err := g.Sentinels.Admin(s).Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.Name).StringSlice()
 			if err != nil {
