@@ -26,9 +26,10 @@ an exclusive lock of its own (docs/semaphore.md), so each slot gets its own
 fenced counter, and the counter's checks (overlaps, lost updates, stale
 reads, linearizable, rejections) run per slot. On top, the checker reports:
 
-- **crowds**: instants at which more permits were held than the largest
-  capacity given by the acquire of one of them (capacity 3; the mixed run
-  gives a third of its acquires capacity 2), one per episode;
+- **crowds**: instants at which, for some capacity c, more permits given
+  c or less were held than c, one per episode. Each permit holds its own
+  slot, below its capacity; so all of them number at most the largest
+  capacity given (3; the mixed run gives a third of its acquires 2);
 - **token inversions**: permits whose token is not larger than the token
   of every permit whose ` + "`Acquire`" + ` returned before their own ` + "`Acquire`" + ` was
   called.

@@ -22,12 +22,13 @@ type Permit struct {
 	Slot int
 }
 
-// Crowd is an instant at which more permits were held than the rule
-// allows: the largest capacity given by the acquire of one of them.
+// Crowd is an instant at which more permits given Capacity or less were
+// held than Capacity. Their slots are distinct and below Capacity, so no
+// more can be held (docs/semaphore.md).
 type Crowd struct {
 	At       time.Duration
-	Held     []Permit // the permits held at At, by Enter
-	Capacity int      // the largest of their capacities
+	Held     []Permit // the permits held at At given Capacity or less, by Enter
+	Capacity int      // the capacity they exceeded
 }
 
 // TokenInversion is a permit whose token is not larger than that of a
@@ -45,7 +46,7 @@ type SemaphoreResult struct {
 	// sections used no resource.
 	UnknownSlots int
 	// Crowds are the instants, one per episode, at which more permits
-	// were held than the largest capacity given by one of them.
+	// given capacity c or less were held than c, for some c.
 	Crowds []Crowd
 	// Inversions are permits, one pair each, whose token was not larger
 	// than the largest token of the permits acquired before their
@@ -65,7 +66,7 @@ func (r *SemaphoreResult) String() string {
 			fmt.Fprintf(&b, "\n  ... %d more crowds", len(r.Crowds)-i)
 			break
 		}
-		fmt.Fprintf(&b, "\n  crowd at %v: %d held, largest capacity %d:", c.At, len(c.Held), c.Capacity)
+		fmt.Fprintf(&b, "\n  crowd at %v: %d held given capacity %d or less:", c.At, len(c.Held), c.Capacity)
 		for _, p := range c.Held {
 			fmt.Fprintf(&b, " client %d slot %d [%v, %v] capacity %d %s;", p.Client, p.Slot, p.Enter, p.Exit, p.Capacity, p.outcome())
 		}
@@ -82,9 +83,11 @@ func (r *SemaphoreResult) String() string {
 }
 
 // CheckSemaphore examines the permits of a semaphore run:
-//   - at every instant, the permits held number at most the largest
-//     capacity given by the acquire of one of them (docs/semaphore.md);
-//     a permit is held over [Enter, Exit], both ends included;
+//   - at every instant and for every c, the permits held that were given
+//     capacity c or less number at most c: each holds its own slot, below
+//     its capacity (docs/semaphore.md). So all of them number at most the
+//     largest capacity given, the documented rule. A permit is held over
+//     [Enter, Exit], both ends included;
 //   - each permit's token is larger than the token of every permit whose
 //     Acquire returned (Enter) before its own Acquire was called
 //     (Called). Permits without a token are left out of this check.
@@ -144,21 +147,37 @@ func (r *SemaphoreResult) checkCrowds(permits []Permit) {
 			continue
 		}
 		r.MaxHeld = max(r.MaxHeld, len(held))
-		capacity := 0
-		for i := range held {
-			capacity = max(capacity, permits[i].Capacity)
-		}
-		over := len(held) > capacity
+		capacity := exceeded(permits, held)
+		over := capacity > 0
 		if over && !crowded {
 			c := Crowd{At: e.at, Capacity: capacity}
 			for i := range held {
-				c.Held = append(c.Held, permits[i])
+				if permits[i].Capacity <= capacity {
+					c.Held = append(c.Held, permits[i])
+				}
 			}
 			slices.SortFunc(c.Held, func(a, b Permit) int { return cmp.Compare(a.Enter, b.Enter) })
 			r.Crowds = append(r.Crowds, c)
 		}
 		crowded = over
 	}
+}
+
+// exceeded returns the smallest capacity c such that more than c of the
+// held permits were given c or less, or 0. Sorted by capacity, the
+// (j+1)th permit exceeds its own capacity exactly then.
+func exceeded(permits []Permit, held map[int]bool) int {
+	caps := make([]int, 0, len(held))
+	for i := range held {
+		caps = append(caps, permits[i].Capacity)
+	}
+	slices.Sort(caps)
+	for j, c := range caps {
+		if j+1 > c {
+			return c
+		}
+	}
+	return 0
 }
 
 // checkTokens walks the permits by Called, with the largest token of the

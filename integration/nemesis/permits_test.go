@@ -56,15 +56,16 @@ func TestCheckSemaphoreReportsCapacityPlusOne(t *testing.T) {
 	assert.Equal(t, 3, c.Held[3].Client)
 	assert.Equal(t, 4, r.MaxHeld)
 	assert.Equal(t, 1, r.Violations())
-	assert.Contains(t, r.String(), "crowd at 10ms: 4 held, largest capacity 3")
+	assert.Contains(t, r.String(), "crowd at 10ms: 4 held given capacity 3 or less")
 
 	h[3].Enter, h[3].Called = 11*ms, 10*ms // just after: no crowd
 	assert.Zero(t, nemesis.CheckSemaphore(h).Violations())
 }
 
-// With mixed capacities the live permits number at most the largest
-// capacity among them: two permits of capacity 1 held at once are a
-// crowd once the permit of capacity 3 beside them left.
+// With mixed capacities, for every c the permits given capacity c or
+// less number at most c: each holds its own slot below its capacity. Two
+// permits of capacity 1 held at once are a crowd, even beside a permit
+// of capacity 3 that keeps the total within 3.
 func TestCheckSemaphoreMixedCapacities(t *testing.T) {
 	h := []nemesis.Permit{
 		permit(0, 2, 3, 1, 1*ms, 10*ms),
@@ -73,18 +74,37 @@ func TestCheckSemaphoreMixedCapacities(t *testing.T) {
 	}
 	r := nemesis.CheckSemaphore(h)
 	require.Len(t, r.Crowds, 1, "%v", r)
-	assert.Equal(t, 10*ms, r.Crowds[0].At, "after the exit at 10ms")
+	assert.Equal(t, 3*ms, r.Crowds[0].At, "as the second permit of capacity 1 entered")
 	assert.Equal(t, 1, r.Crowds[0].Capacity)
-	assert.Len(t, r.Crowds[0].Held, 2)
+	require.Len(t, r.Crowds[0].Held, 2, "only the permits of capacity 1")
+	assert.Equal(t, []int{1, 2}, []int{r.Crowds[0].Held[0].Client, r.Crowds[0].Held[1].Client})
+	assert.Equal(t, 3, r.MaxHeld)
 	assert.Equal(t, []int{1, 3}, r.Capacities)
+	assert.Contains(t, r.String(), "crowd at 3ms: 2 held given capacity 1 or less")
 
-	// Three held under capacities 3, 2, 2: within the largest.
+	// Three of capacity 2 under one of capacity 3 are four: a crowd of
+	// the largest capacity; three of capacity 2 alone are one too.
 	h = []nemesis.Permit{
 		permit(0, 2, 3, 1, 1*ms, 30*ms),
 		permit(1, 0, 2, 2, 2*ms, 20*ms),
-		permit(2, 1, 2, 3, 3*ms, 10*ms),
+		permit(2, 1, 2, 3, 3*ms, 20*ms),
+		permit(3, 1, 2, 4, 4*ms, 40*ms),
 	}
-	assert.Zero(t, nemesis.CheckSemaphore(h).Violations())
+	r = nemesis.CheckSemaphore(h)
+	require.Len(t, r.Crowds, 1, "%v", r)
+	assert.Equal(t, 4*ms, r.Crowds[0].At)
+	assert.Equal(t, 2, r.Crowds[0].Capacity, "the smallest capacity exceeded")
+	assert.Len(t, r.Crowds[0].Held, 3)
+
+	// Three held under capacities 3, 2, 2, or 3, 1, 2: within each.
+	for _, second := range []int{2, 1} {
+		h = []nemesis.Permit{
+			permit(0, 2, 3, 1, 1*ms, 30*ms),
+			permit(1, 0, second, 2, 2*ms, 20*ms),
+			permit(2, 1, 2, 3, 3*ms, 10*ms),
+		}
+		assert.Zero(t, nemesis.CheckSemaphore(h).Violations(), "capacities 3, %d, 2", second)
+	}
 }
 
 // A permit whose Acquire was called after another's returned must have
