@@ -66,6 +66,9 @@ func (w *worker) permit(ctx context.Context, n int) error {
 	}
 	p := Permit{Section: Section{Client: w.id, Enter: rec.Now(), Value: l.Value()}, Capacity: capacity, Called: called, Token: l.Token()}
 	p.Slot = w.slotOf(l)
+	if !l.Held() { // the read outlived the permit: its slot's resource is not ours
+		p.Slot = -1
+	}
 	p.Key = max(p.Slot, 0)
 	done := make(chan struct{})
 	w.env.entered(Entered{Client: w.id, Key: p.Key, Long: long, Value: p.Value, At: p.Enter, Done: done})
