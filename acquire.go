@@ -201,7 +201,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	if holds == 1 && m.fenced && c.fencing {
 		if err := l.raiseFence(ctx, res, until); err != nil {
 			l.endHolds(false)
-			_ = l.releaseRound(context.WithoutCancel(ctx), 0, nil)
+			_ = l.undoRound(context.WithoutCancel(ctx))
 			return err
 		}
 		l.token = uint64(res.Max)

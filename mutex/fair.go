@@ -235,25 +235,43 @@ func (t *Ticket) renewLocked(ctx context.Context) (int, error) {
 	f := t.f
 	ahead, start, err := queues.Renew(ctx, f.client, f.name, t.id, t.number, f.opts.WaiterTTL)
 	t.mu.Lock()
-	if err == nil {
+	// Decided after the lease ran out, even a renewal comes too late: the
+	// entries may have lapsed meanwhile, and a later ticket passed.
+	gone := !time.Now().Before(t.until)
+	if err == nil && !gone {
 		t.ahead = ahead
 		if u := queues.Deadline(f.client, start, f.opts.WaiterTTL); u.After(t.until) {
 			t.until = u
 		}
 	}
-	gone := err != nil && !time.Now().Before(t.until)
 	t.mu.Unlock()
 	if gone {
-		if t.end(fmt.Errorf("%w: %w: %s ticket %d: %w", redlock.ErrNotObtained, ErrTicketLost, clip.Quote(f.name), t.number, err)) {
-			close(t.lost)
+		if err == nil {
+			err = errors.New("renewed after its waiter TTL ran out")
 		}
-		return 0, t.endedErr()
+		return 0, t.lose(err)
 	}
 	select {
 	case t.tick <- struct{}{}:
 	default:
 	}
 	return ahead, err
+}
+
+// lose ends the ticket as lost, for cause, and returns its error.
+func (t *Ticket) lose(cause error) error {
+	if t.end(fmt.Errorf("%w: %w: %s ticket %d: %w", redlock.ErrNotObtained, ErrTicketLost, clip.Quote(t.f.name), t.number, cause)) {
+		close(t.lost)
+	}
+	return t.endedErr()
+}
+
+// lapsed reports whether the ticket's lease ran out: its entries may be
+// gone from a quorum, and a later ticket may have passed it.
+func (t *Ticket) lapsed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !time.Now().Before(t.until)
 }
 
 // end records why the ticket left the queue, once; it reports whether
@@ -376,6 +394,9 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 		case <-t.lost:
 			return nil, t.endedErr()
 		case <-ctx.Done():
+			if t.lapsed() { // so that a ticket Wait left queued was kept throughout
+				return nil, fairCtxErr(ctx, t.lose(errors.New("its waiter TTL ran out while it waited")))
+			}
 			return nil, fairCtxErr(ctx, last)
 		}
 	}
@@ -388,6 +409,11 @@ func (t *Ticket) attempt(ctx context.Context) (*redlock.Lock, error) {
 	f := t.f
 	t.round.Lock()
 	if err := t.endedErr(); err != nil {
+		t.round.Unlock()
+		return nil, err
+	}
+	if t.lapsed() { // its place is not kept: it must not take the lock as if it were
+		err := t.lose(errors.New("its waiter TTL ran out before the attempt"))
 		t.round.Unlock()
 		return nil, err
 	}
