@@ -60,12 +60,17 @@ func (queues) Enqueue(ctx context.Context, c *Client, name, id string, ttl time.
 		return 0, err
 	}
 	c.prepare(ctx) // as an acquire's: the round's validity starts after setup
+	// A master that restarted empty stays out for the longest TTL asked
+	// for, the waiters' too: its counter restarted.
+	for old := c.longest.Load(); int64(ttl) > old && !c.longest.CompareAndSwap(old, int64(ttl)); old = c.longest.Load() {
+	}
 	leave := []any{id, ttl.Milliseconds()}
 	res, err := c.queueRound(ctx, name, "enqueue", &quorum.Spec{
 		Script: fairEnqueueScript,
 		Args:   []any{id, ttl.Milliseconds()},
 		TTL:    ttl,
 		Undo:   &quorum.Undo{Script: fairLeaveScript, Args: leave, Mark: leave, KeyTTL: ttl},
+		Policy: enqueuePolicy{},
 	})
 	if err != nil {
 		return 0, err
@@ -120,4 +125,12 @@ func (queues) NewWaker(c *Client, name, id string) link.Waker {
 		return c.newWaker(name, false, time.Time{}) // never woken
 	}
 	return c.wakerFor(queueKey(lockKey(c.prefix+name)), id)
+}
+
+// enqueuePolicy counts no agreement of a master in quarantine: it reaches
+// a new server, whose counter may have restarted below earlier tickets.
+type enqueuePolicy struct{ quorum.NoHooks }
+
+func (enqueuePolicy) Counts(_ int, _ quorum.Answer, m quorum.MasterState) error {
+	return m.Quarantine()
 }

@@ -98,6 +98,9 @@ func (o outcome) ok() bool {
 		if e := o.rep.Election; e != nil && e.Violations() > 0 {
 			return false
 		}
+		if f := o.rep.Fair; f != nil && f.Violations() > 0 {
+			return false
+		}
 		return r.Violations() == 0 && r.Rejected == 0 &&
 			(!o.sc.KeepsLock || r.Aborted == 0) && (!o.sc.LosesLock || r.Aborted > 0)
 	}
@@ -126,6 +129,9 @@ func (o outcome) violations() int {
 	n := o.rep.Result.Violations()
 	if e := o.rep.Election; e != nil {
 		n += e.Violations()
+	}
+	if f := o.rep.Fair; f != nil {
+		n += f.Violations()
 	}
 	return n
 }
@@ -183,10 +189,14 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "False rejections", "Verdict"}
 	p("| %s |\n", strings.Join(cols, " | "))
 	p("|%s\n", strings.Repeat("---|", len(cols)))
-	var elections []outcome
+	var elections, fairs []outcome
 	for _, o := range results {
 		if o.sc.Config.Kind == nemesis.Election {
 			elections = append(elections, o)
+			continue
+		}
+		if o.sc.Config.Kind == nemesis.Fair {
+			fairs = append(fairs, o)
 			continue
 		}
 		kept := "kept"
@@ -215,6 +225,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 	if len(elections) > 0 {
 		renderElections(w, elections)
 	}
+	if len(fairs) > 0 {
+		renderFair(w, fairs)
+	}
 
 	p("## Nemeses\n\n")
 	for _, o := range results {
@@ -232,6 +245,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 				found := o.rep.Result.String()
 				if e := o.rep.Election; e != nil {
 					found += "\n" + e.String()
+				}
+				if f := o.rep.Fair; f != nil {
+					found += "\n" + f.String()
 				}
 				p("\n\n  ```\n  %s\n  ```\n", strings.ReplaceAll(found, "\n", "\n  "))
 			}

@@ -25,6 +25,8 @@ const (
 	// Election is election.Election: each client is a candidate, and a
 	// section is one leadership, fenced by its epoch (see Term).
 	Election
+	// Fair is mutex.Fair: every section queues (see Waiter).
+	Fair
 )
 
 func (k Kind) String() string {
@@ -35,6 +37,8 @@ func (k Kind) String() string {
 		return "rwmutex.RWMutex"
 	case Election:
 		return "election.Election"
+	case Fair:
+		return "mutex.Fair"
 	}
 	return "mutex.Mutex"
 }

@@ -68,7 +68,7 @@ func TestSafeScenarios(t *testing.T) {
 				assert.Positive(t, r.Committed, "no section committed")
 			}
 			assert.Equal(t, int64(r.Committed), r.Final)
-			if sc.Name != "none" {
+			if _, none := sc.Nemesis.(nemesis.None); !none {
 				assert.Positive(t, rep.Faults, "no fault injected")
 			}
 			assert.True(t, rep.Fencing, "the resource checked fencing tokens")
@@ -91,6 +91,11 @@ func TestSafeScenarios(t *testing.T) {
 					assert.Positive(t, e.Lapsed, "no stalled leader lost its lead")
 					assert.Positive(t, rep.Takeovers, "no candidate led while the leader was stalled")
 				}
+			}
+			if f := rep.Fair; f != nil {
+				t.Logf("fair: %v", f)
+				assert.Zero(t, f.Violations(), "fair lock order violations under %s:\n%v", sc.Name, f)
+				assert.Positive(t, f.Granted, "no fair waiter got the lock")
 			}
 			if c := sc.Config; c.Completed > 0 {
 				assert.LessOrEqual(t, r.Committed+r.Reads, c.Completed+c.Clients, "the load ends once Completed sections completed")

@@ -151,6 +151,7 @@ type Env struct {
 	Groups []*SentinelGroup // the masters, with Config.Sentinel
 	Config Config
 	Rec    *Recorder
+	fairs  fairLog // with Kind Fair
 
 	faults    atomic.Int64
 	takeovers atomic.Int64
@@ -246,6 +247,8 @@ type Report struct {
 	// Result covers the terms' sections. LockCalls are then Campaign
 	// calls, and NotHeld Resign calls that found the lock gone.
 	Election *ElectionResult
+	// Fair is the fair lock checker's findings, with Kind Fair.
+	Fair *FairResult
 	// Takeovers are leaderships that began while the leader before was
 	// stalled (PauseLeader).
 	Takeovers int
@@ -419,6 +422,9 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 		finals[k] = r.Value()
 	}
 	rep.Result = CheckKeys(rec.Sections(), finals)
+	if cfg.Kind == Fair {
+		rep.Fair = CheckFair(env.fairs.all())
+	}
 	for _, w := range workers {
 		rep.LockCalls += w.lockCalls
 		rep.LockFails += w.lockFails
@@ -477,6 +483,9 @@ func (w *worker) connect() error {
 	var lockers []locker
 	for k := range cfg.Keys {
 		l, err := newLocker(cfg.Kind, c, id, cfg, cfg.KeyName(k))
+		if cfg.Kind == Fair {
+			l, err = newFairLocker(c, id, cfg, k, w.env)
+		}
 		if err != nil {
 			return errors.Join(err, c.Close())
 		}
