@@ -417,6 +417,7 @@ func (r *report) write(w io.Writer) {
 	p("\n")
 
 	r.writeFailover(w)
+	r.writeFairHandoff(w)
 	r.writeCommands(w)
 
 	if pr := r.profile; pr != nil {
