@@ -96,6 +96,7 @@ func (c *Client) value() (string, error) {
 type extras struct {
 	writeWait time.Duration // a write lock's: see acquireOwned
 	capacity  int           // a permit's: see permits.AcquirePermit
+	queued    string        // a fair lock's: see queues.Acquire
 }
 
 func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string, ttl time.Duration, x extras) (*Lock, error) {
@@ -117,7 +118,7 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 			return nil, err
 		}
 	}
-	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: x.writeWait, capacity: x.capacity}, ttl: ttl}
+	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: x.writeWait, capacity: x.capacity, queued: x.queued}, ttl: ttl}
 	if c.observer != nil {
 		l.origin = context.WithoutCancel(ctx)
 	}
@@ -159,6 +160,9 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	args := l.args(a)
 	l.sendsTTL(l.ttl)
 	p := &acquirePolicy{l: l, holds: holds, undo: quorum.Undo{Script: m.release, Args: undo, Mark: mark, KeyTTL: l.longestTTL()}}
+	if m.undo != nil {
+		p.undo.Script = m.undo
+	}
 	o := &op{name: "acquire", key: l.key, sentinel: ErrNotObtained, Spec: quorum.Spec{
 		Script: m.acquire,
 		Keys:   l.keys,
@@ -191,7 +195,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	if holds == 1 && m.fenced && c.fencing {
 		if err := l.raiseFence(ctx, res, until); err != nil {
 			l.endHolds(false)
-			_ = l.releaseRound(context.WithoutCancel(ctx), 0, nil)
+			_ = l.undoRound(context.WithoutCancel(ctx))
 			return err
 		}
 		l.token = uint64(res.Max)

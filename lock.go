@@ -107,6 +107,8 @@ type lockID struct {
 	// capacity > 0: a semaphore's permit, admitted where fewer permits
 	// than that are live. It goes where writeWait would: ARGV[5].
 	capacity int
+	// queued: a fair lock's "ticket:waiter TTL (ms)", its ARGV[5] too.
+	queued string
 }
 
 // Stages of a Lock's life.
@@ -233,6 +235,9 @@ func (l *Lock) box() {
 	b.writeWait = l.markerTTL().Milliseconds()
 	if l.capacity > 0 {
 		b.writeWait = int64(l.capacity)
+	}
+	if l.queued != "" {
+		b.writeWait = l.queued
 	}
 }
 

@@ -48,6 +48,8 @@ type mode struct {
 	// permit: a semaphore's permit, whose one key is the main key with
 	// suffix ":s". It holds once: it cannot be re-entered.
 	permit bool
+	// undo reverts a failed acquire where it applied; nil: release does.
+	undo *redis.Script
 }
 
 var (
@@ -59,6 +61,10 @@ var (
 		extendMany: scripts.get("read_extend_many"), batchKeys: 4, rank: 1, rw: true}
 	permitMode = &mode{acquire: scripts.get("sem_acquire"), extend: scripts.get("sem_extend"), release: scripts.get("sem_release"), fence: scripts.get("sem_fence"),
 		extendMany: scripts.get("sem_extend_many"), batchKeys: 1, rank: 2, fenced: true, permit: true}
+	// fairMode is the exclusive lock taken in a queue's order (see
+	// "@queue" in scripts.lua): held, extended and renewed as one.
+	fairMode = &mode{acquire: scripts.get("fair_acquire"), undo: scripts.get("fair_undo"), extend: exclusiveMode.extend, release: scripts.get("fair_release"),
+		repair: exclusiveMode.repair, fence: fenceScript, extendMany: exclusiveMode.extendMany, batchKeys: 1, fenced: true}
 )
 
 // keys returns the keys of the lock named key, in the order scripts.lua

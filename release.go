@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/go-redlock/redlock/internal/quorum"
 )
 
@@ -100,6 +102,20 @@ func (l *Lock) releaseHold(ctx context.Context, queued func()) error {
 // deletes the lock there, and hands the lock on with queued. The delete
 // is retried in the background on masters that gave no answer.
 func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error {
+	return l.releaseWith(ctx, l.mode.release, holds, queued)
+}
+
+// undoRound is the last release of a Lock whose acquire failed after its
+// round (the fence round), with the mode's undo where it has one.
+func (l *Lock) undoRound(ctx context.Context) error {
+	if l.mode.undo == nil {
+		return l.releaseRound(ctx, 0, nil)
+	}
+	return l.releaseWith(ctx, l.mode.undo, 0, nil)
+}
+
+// releaseWith is releaseRound with script in place of the mode's release.
+func (l *Lock) releaseWith(ctx context.Context, script *redis.Script, holds int, queued func()) error {
 	ttl := l.ttl
 	if holds == 0 {
 		ttl = l.longestTTL() // of the marker it may leave
@@ -120,7 +136,7 @@ func (l *Lock) releaseRound(ctx context.Context, holds int, queued func()) error
 		}
 	}
 	o := &op{name: "release", key: l.key, sentinel: ErrNotHeld, Spec: quorum.Spec{
-		Script: l.mode.release,
+		Script: script,
 		Keys:   l.keys,
 		Args:   l.args(a),
 		Send:   quorum.Send{Must: true, Skip: (*releaseSkip)(l)},

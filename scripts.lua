@@ -203,7 +203,7 @@ local function readersRefuseByName(key, owner)
   return refused
 end
 
---- acquire @value @tokens @readers @ttl
+--- @acquireLock
 -- Exclusive, reentrant and write locks. Replies the lock's token (1 when
 -- not fencing). Only the Lock that holds it (same owner and nonce) may
 -- re-enter: that keeps its token and renews the TTL. Another Lock of the
@@ -212,46 +212,53 @@ end
 -- newer Lock's hold. A refusal marks the holder's value as waited for.
 -- Readers keep a writer out, and so the exclusive or reentrant lock of
 -- their name.
-local me = holderOf(ARGV[6], ARGV[1])
-local found = redis.call('MGET', KEYS[1], KEYS[1] .. ':gone:' .. ARGV[6], KEYS[1] .. ':rh')
+-- acquireLock is that script, of keys and argv, its KEYS and ARGV: acquire
+-- and fair_acquire, which adds to it, pass them on.
+local function acquireLock(keys, argv)
+local me = holderOf(argv[6], argv[1])
+local found = redis.call('MGET', keys[1], keys[1] .. ':gone:' .. argv[6], keys[1] .. ':rh')
 local holds, token, waited, holder = parse(found[1])
 if holder then
   if holder ~= me then
-    if waited == '0' then redis.call('SET', KEYS[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
+    if waited == '0' then redis.call('SET', keys[1], valueOf(holds, token, '1', holder), 'KEEPTTL') end
     return 0
   end
-  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, me), 'PX', atLeast(KEYS[1], tonumber(ARGV[2])))
-  if ARGV[4] == '0' then return 1 end
+  redis.call('SET', keys[1], valueOf(argv[3], token, waited, me), 'PX', atLeast(keys[1], tonumber(argv[2])))
+  if argv[4] == '0' then return 1 end
   return token
 end
 local counter = counterOf(found[1])
 if found[1] and not counter then return 0 end
-if tonumber(ARGV[3]) > 1 or found[2] then return 0 end
-if KEYS[2] then
-  local refused = readersRefuse(KEYS, ARGV[1])
-  if refused == 0 and tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
+if tonumber(argv[3]) > 1 or found[2] then return 0 end
+if keys[2] then
+  local refused = readersRefuse(keys, argv[1])
+  if refused == 0 and tonumber(argv[5]) > 0 then redis.call('SET', keys[4], argv[1], 'PX', argv[5]) end
   if refused then return refused end
 elseif found[3] then
-  local refused = readersRefuseByName(KEYS[1], ARGV[1])
+  local refused = readersRefuseByName(keys[1], argv[1])
   if refused then return refused end
 end
 token = counter or '0' -- without fencing, a counter is kept as it is
-if ARGV[4] ~= '0' then
+if argv[4] ~= '0' then
   -- Fails before the lock is written.
   local err
-  token, err = nextToken(counter, ARGV[4], tonumber(ARGV[2]))
+  token, err = nextToken(counter, argv[4], tonumber(argv[2]))
   if not token then
-    return redis.error_reply('fencing counter ' .. counter .. ' of ' .. KEYS[1] .. ' cannot be incremented: ' .. err)
+    return redis.error_reply('fencing counter ' .. counter .. ' of ' .. keys[1] .. ' cannot be incremented: ' .. err)
   end
 end
 if counter then
-  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, '0', me), 'PX', ARGV[2])
-elseif not redis.call('SET', KEYS[1], valueOf(ARGV[3], token, '0', me), 'NX', 'PX', ARGV[2]) then
+  redis.call('SET', keys[1], valueOf(argv[3], token, '0', me), 'PX', argv[2])
+elseif not redis.call('SET', keys[1], valueOf(argv[3], token, '0', me), 'NX', 'PX', argv[2]) then
   return 0 -- a key of another type
 end
-if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[1] then redis.call('DEL', KEYS[4]) end
-if ARGV[4] == '0' then return 1 end
+if keys[4] and redis.call('GET', keys[4]) == argv[1] then redis.call('DEL', keys[4]) end
+if argv[4] == '0' then return 1 end
 return token
+end
+
+--- acquire @value @tokens @readers @ttl @acquireLock
+return acquireLock(KEYS, ARGV)
 
 --- fence @value @tokens
 -- Raises the counter to the token ARGV[3] where this Lock still holds the
@@ -336,29 +343,32 @@ elseif not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
 end
 return 1
 
---- release @value @tokens
+--- @releaseLock
 -- Drops holds to ARGV[3] where this Lock holds the lock; at 0 leaves a free
 -- lock with the larger of its token and ARGV[4] (the Lock's token, when it
 -- has one) as counter, and publishes where an acquire waited for it.
-local me = holderOf(ARGV[6], ARGV[1])
+-- releaseLock is that script, of keys and argv, its KEYS and ARGV: release
+-- and the fair lock's scripts, which add to it, pass them on.
+local function releaseLock(keys, argv)
+local me = holderOf(argv[6], argv[1])
 -- A master out of memory refuses the marker's SET, as it would a late
 -- acquire's: a release there does without it.
 local function mark()
-  if ARGV[7] then redis.pcall('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2]) end
+  if argv[7] then redis.pcall('SET', keys[1] .. ':gone:' .. argv[6], '1', 'PX', argv[2]) end
 end
-if tonumber(ARGV[3]) > 0 then
-  local _, token, waited, holder = parse(redis.call('GET', KEYS[1]))
+if tonumber(argv[3]) > 0 then
+  local _, token, waited, holder = parse(redis.call('GET', keys[1]))
   if holder ~= me then
     mark()
     return 0
   end
-  redis.call('SET', KEYS[1], valueOf(ARGV[3], token, waited, holder), 'KEEPTTL')
+  redis.call('SET', keys[1], valueOf(argv[3], token, waited, holder), 'KEEPTTL')
   return 1
 end
 -- Free first, in one command where the lock is ours; what was there
 -- otherwise is put back, TTL and all.
-local free = 'f:' .. ARGV[4]
-local old = redis.pcall('SET', KEYS[1], free, 'KEEPTTL', 'GET')
+local free = 'f:' .. argv[4]
+local old = redis.pcall('SET', keys[1], free, 'KEEPTTL', 'GET')
 -- A master out of memory refuses the SET, not a GET nor a DEL. Where the
 -- lock keeps no counter (token "0") it is deleted; elsewhere a DEL would
 -- lose the counter, and later tokens could be smaller: the refusal is the
@@ -369,36 +379,40 @@ if type(old) == 'table' then
     mark()
     return 0
   end
-  if ARGV[4] ~= '0' then return old end
-  refusal, old = old, redis.call('GET', KEYS[1])
+  if argv[4] ~= '0' then return old end
+  refusal, old = old, redis.call('GET', keys[1])
 end
 -- The usual value, this Lock's one hold with its token and no waiter, needs
--- no parse: ARGV[4] is decimal, so the value compared is one parse splits
+-- no parse: argv[4] is decimal, so the value compared is one parse splits
 -- the same way.
-local token, waited, holder = ARGV[4], '0', me
+local token, waited, holder = argv[4], '0', me
 if old ~= valueOf('1', token, waited, me) then token, waited, holder = select(2, parse(old)) end
 if holder ~= me then
   local counter = counterOf(old)
   if refusal then -- nothing was written
   elseif not old then
-    redis.call('DEL', KEYS[1])
-  elseif not counter or less(ARGV[4], counter) then
-    redis.call('SET', KEYS[1], old, 'KEEPTTL')
+    redis.call('DEL', keys[1])
+  elseif not counter or less(argv[4], counter) then
+    redis.call('SET', keys[1], old, 'KEEPTTL')
   end
   mark()
   return 0
 end
 if token == '0' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', keys[1])
 elseif refusal then -- a counter a fenced client left
   return refusal
-elseif less(ARGV[4], token) then
-  redis.call('SET', KEYS[1], 'f:' .. token, 'KEEPTTL')
+elseif less(argv[4], token) then
+  redis.call('SET', keys[1], 'f:' .. token, 'KEEPTTL')
 end
-if ARGV[7] == '2' then mark() end
-if waited == '1' or KEYS[2] then redis.call('PUBLISH', KEYS[1], ARGV[6]) end
+if argv[7] == '2' then mark() end
+if waited == '1' or keys[2] then redis.call('PUBLISH', keys[1], argv[6]) end
 if waited == '1' then return 2 end
 return 1
+end
+
+--- release @value @tokens @releaseLock
+return releaseLock(KEYS, ARGV)
 
 --- read_acquire @value @readers @ttl
 -- Granted unless another owner holds the write lock, or a writer waits and
@@ -638,3 +652,140 @@ if slot and redis.call('HGET', slots, slot) == ARGV[6] then redis.call('HDEL', s
 if ARGV[7] == '2' then mark() end
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
+
+--- @queue
+-- Fair locks (package mutex, Fair). The fair lock named n is the exclusive
+-- lock named n, K, plus a queue of waiters: Q, K..':q', a sorted set of
+-- waiter id -> ticket; Q..'e', a sorted set of waiter id -> expiry (ms, on
+-- the master's clock); Q..'c', the ticket counter. All hash to K's slot.
+-- The order is (ticket, id), the sorted set's own. A waiter's id is the
+-- owner of the Lock it takes. Each key lives at least as long as its
+-- latest expiry; the counter goes once the queue is empty, so tickets stay
+-- far below 2^53, exact as scores. The id of the waiter that is next is
+-- published on channel Q, so that it alone retries at once.
+
+-- headOf returns the id of the first waiter of queue q, or nil.
+local function headOf(q)
+  return redis.call('ZRANGE', q, 0, 0)[1]
+end
+
+-- dropEmpty deletes the counter of q once no waiter is left there.
+local function dropEmpty(q)
+  if redis.call('EXISTS', q) == 0 then redis.call('DEL', q .. 'c', q .. 'e') end
+end
+
+-- trimQueue drops the waiters of q whose expiry passed and returns the
+-- master's clock in ms. Where it drops the head it publishes the next one:
+-- a waiter that died is followed at its expiry, not at a timer's.
+local function trimQueue(q)
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local expired = redis.call('ZRANGEBYSCORE', q .. 'e', '-inf', now)
+  if #expired == 0 then return now end
+  local head = headOf(q)
+  redis.call('ZREMRANGEBYSCORE', q .. 'e', '-inf', now)
+  for i = 1, #expired, 1000 do -- unpack's stack holds a few thousand
+    redis.call('ZREM', q, unpack(expired, i, math.min(i + 999, #expired)))
+  end
+  local next = headOf(q)
+  if next and next ~= head then redis.call('PUBLISH', q, next) end
+  dropEmpty(q)
+  return now
+end
+
+-- place queues waiter id under ticket (a number) until now + ttl (ms), in
+-- place of any entry it had, and raises the counter to the ticket.
+local function place(q, id, ticket, ttl, now)
+  redis.call('ZADD', q, ticket, id)
+  redis.call('ZADD', q .. 'e', now + ttl, id)
+  local c = q .. 'c'
+  if (tonumber(redis.call('GET', c)) or 0) < ticket then redis.call('SET', c, ticket, 'KEEPTTL') end
+  lengthen(q, ttl)
+  lengthen(q .. 'e', ttl)
+  lengthen(c, ttl)
+end
+
+-- heldBy reports whether the lock K is held by owner: a grant dropped
+-- owner's entry, which a late renewal must not bring back.
+local function heldBy(k, owner)
+  local _, _, _, holder = parse(redis.call('GET', k))
+  return holder ~= nil and ownerOf(holder) == owner
+end
+
+--- fair_enqueue @value @ttl @queue
+-- Queues waiter ARGV[1] for ARGV[2] ms under this master's next ticket,
+-- and replies the ticket.
+local q = KEYS[1] .. ':q'
+local now = trimQueue(q)
+local ticket = redis.call('INCR', q .. 'c')
+place(q, ARGV[1], ticket, tonumber(ARGV[2]), now)
+return ticket
+
+--- fair_renew @value @ttl @queue
+-- Keeps waiter ARGV[1] of ticket ARGV[3] queued for ARGV[2] ms more; where
+-- it is missing (the enqueue missed this master, or it lost the entry) it
+-- is queued again, unless it holds the lock. Replies 1 + the live waiters
+-- ahead of it. The enqueue's second round, where tickets differed, is one.
+local q = KEYS[1] .. ':q'
+local now = trimQueue(q)
+if not redis.call('ZSCORE', q, ARGV[1]) and heldBy(KEYS[1], ARGV[1]) then return 1 end
+place(q, ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[2]), now)
+return redis.call('ZRANK', q, ARGV[1]) + 1
+
+--- fair_leave @value @ttl @queue
+-- Drops waiter ARGV[1]. Where it was first, the next one is published.
+-- Replies 1.
+local q = KEYS[1] .. ':q'
+trimQueue(q)
+local head = headOf(q)
+redis.call('ZREM', q, ARGV[1])
+redis.call('ZREM', q .. 'e', ARGV[1])
+local next = headOf(q)
+if head == ARGV[1] and next then redis.call('PUBLISH', q, next) end
+dropEmpty(q)
+return 1
+
+--- fair_acquire @value @tokens @readers @ttl @acquireLock @queue
+-- acquire, for waiter ARGV[1] of ticket ARGV[5] ("ticket:waiter TTL"): a
+-- new lock is granted only where no live waiter is ahead of the ticket
+-- here. Mutual exclusion is acquire's: the queue only refuses more. The
+-- grant drops the waiter's entry. A re-entry is acquire's.
+if ARGV[3] ~= '1' then return acquireLock(KEYS, ARGV) end
+local q = KEYS[1] .. ':q'
+trimQueue(q)
+local ticket = tonumber(ARGV[5]:match('^(%d+):'))
+local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+if head[1] and head[1] ~= ARGV[1] then
+  local score = tonumber(head[2])
+  if score < ticket or score == ticket and head[1] < ARGV[1] then return 0 end
+end
+local reply = acquireLock(KEYS, ARGV)
+if type(reply) == 'string' or type(reply) == 'number' and reply > 0 then
+  redis.call('ZREM', q, ARGV[1])
+  redis.call('ZREM', q .. 'e', ARGV[1])
+  dropEmpty(q)
+end
+return reply
+
+--- fair_undo @value @tokens @ttl @releaseLock @queue
+-- release, as the undo of a failed fair_acquire: where the lock goes, the
+-- waiter's entry comes back (ARGV[5] "ticket:waiter TTL"), so that no
+-- waiter behind it passes it meanwhile.
+local reply = releaseLock(KEYS, ARGV)
+if ARGV[3] == '0' then
+  local ticket, ttl = ARGV[5]:match('^(%d+):(%d+)$')
+  local q = KEYS[1] .. ':q'
+  place(q, ARGV[1], tonumber(ticket), tonumber(ttl), trimQueue(q))
+end
+return reply
+
+--- fair_release @value @tokens @releaseLock @queue
+-- release; the last one publishes the id of the next live waiter on Q.
+local reply = releaseLock(KEYS, ARGV)
+if ARGV[3] == '0' and type(reply) == 'number' and reply > 0 then
+  local q = KEYS[1] .. ':q'
+  trimQueue(q)
+  local next = headOf(q)
+  if next then redis.call('PUBLISH', q, next) end
+end
+return reply

@@ -38,7 +38,8 @@ type ChannelSubscriber interface {
 type waker struct {
 	c       chan struct{} // buffered: a release while the waiter is busy is kept
 	all     bool
-	settled bool // the watch existed before this waker: see Settled
+	want    string // set: woken only by a publication of want; guarded by watch.mu
+	settled bool   // the watch existed before this waker: see Settled
 	client  *Client
 	channel string
 	w       *watch // nil if the waker watches nothing
@@ -330,6 +331,14 @@ func (w *watch) confirm() {
 func (w *watch) wake(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for _, k := range w.wakers { // a fair lock's next waiter
+		if k.want != "" && k.want == id {
+			select {
+			case k.c <- struct{}{}:
+			default:
+			}
+		}
+	}
 	now := time.Now()
 	old := 0
 	for old < len(w.recent) && now.Sub(w.recent[old].at) >= w.window {
@@ -356,7 +365,7 @@ func (w *watch) wake(id string) {
 // nextOne returns the next one-waker, rotated to the back, or nil if
 // there is none. w.mu must be held.
 func (w *watch) nextOne() *waker {
-	i := slices.IndexFunc(w.wakers, func(k *waker) bool { return !k.all })
+	i := slices.IndexFunc(w.wakers, func(k *waker) bool { return !k.all && k.want == "" })
 	if i < 0 {
 		return nil
 	}
@@ -429,4 +438,16 @@ func (c *Client) contest(channel string, waited bool) {
 		cs.set[channel] = struct{}{}
 	}
 	cs.n.Store(int32(len(cs.set)))
+}
+
+// wakerFor watches channel for publications of want alone: a fair lock's
+// waiter, woken when it is next. A closed Client's is never woken.
+func (c *Client) wakerFor(channel, want string) *waker {
+	k := c.wakerOn(channel, false, time.Time{})
+	if k.w != nil {
+		k.w.mu.Lock()
+		k.want = want
+		k.w.mu.Unlock()
+	}
+	return k
 }

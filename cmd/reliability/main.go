@@ -101,6 +101,9 @@ func (o outcome) ok() bool {
 		if s := o.rep.Semaphore; s != nil && s.Violations() > 0 {
 			return false
 		}
+		if f := o.rep.Fair; f != nil && f.Violations() > 0 {
+			return false
+		}
 		return r.Violations() == 0 && r.Rejected == 0 &&
 			(!o.sc.KeepsLock || r.Aborted == 0) && (!o.sc.LosesLock || r.Aborted > 0)
 	}
@@ -132,6 +135,9 @@ func (o outcome) violations() int {
 	}
 	if s := o.rep.Semaphore; s != nil {
 		n += s.Violations()
+	}
+	if f := o.rep.Fair; f != nil {
+		n += f.Violations()
 	}
 	return n
 }
@@ -189,7 +195,7 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "False rejections", "Verdict"}
 	p("| %s |\n", strings.Join(cols, " | "))
 	p("|%s\n", strings.Repeat("---|", len(cols)))
-	var elections, semaphores []outcome
+	var elections, semaphores, fairs []outcome
 	for _, o := range results {
 		if o.sc.Config.Kind == nemesis.Election {
 			elections = append(elections, o)
@@ -197,6 +203,10 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		}
 		if o.sc.Config.Kind == nemesis.Semaphore {
 			semaphores = append(semaphores, o)
+			continue
+		}
+		if o.sc.Config.Kind == nemesis.Fair {
+			fairs = append(fairs, o)
 			continue
 		}
 		kept := "kept"
@@ -228,6 +238,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 	if len(semaphores) > 0 {
 		renderSemaphores(w, semaphores)
 	}
+	if len(fairs) > 0 {
+		renderFair(w, fairs)
+	}
 
 	p("## Nemeses\n\n")
 	for _, o := range results {
@@ -248,6 +261,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 				}
 				if s := o.rep.Semaphore; s != nil {
 					found += "\n" + s.String()
+				}
+				if f := o.rep.Fair; f != nil {
+					found += "\n" + f.String()
 				}
 				p("\n\n  ```\n  %s\n  ```\n", strings.ReplaceAll(found, "\n", "\n  "))
 			}

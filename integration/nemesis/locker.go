@@ -28,6 +28,8 @@ const (
 	// Semaphore is semaphore.Semaphore: each section holds a permit,
 	// fenced by its token on the resource of its slot (see Permit).
 	Semaphore
+	// Fair is mutex.Fair: every section queues (see Waiter).
+	Fair
 )
 
 func (k Kind) String() string {
@@ -40,6 +42,8 @@ func (k Kind) String() string {
 		return "election.Election"
 	case Semaphore:
 		return "semaphore.Semaphore"
+	case Fair:
+		return "mutex.Fair"
 	}
 	return "mutex.Mutex"
 }

@@ -98,6 +98,11 @@ func TestSafeScenarios(t *testing.T) {
 				assert.Greater(t, s.MaxHeld, 1, "never more than one permit held: the count is not exercised")
 				assert.LessOrEqual(t, s.UnknownSlots, s.Permits/10, "most permits' slots are known")
 			}
+			if f := rep.Fair; f != nil {
+				t.Logf("fair: %v", f)
+				assert.Zero(t, f.Violations(), "fair lock order violations under %s:\n%v", sc.Name, f)
+				assert.Positive(t, f.Granted, "no fair waiter got the lock")
+			}
 			if c := sc.Config; c.Completed > 0 {
 				assert.LessOrEqual(t, r.Committed+r.Reads, c.Completed+c.Clients, "the load ends once Completed sections completed")
 				if sc.Name == "none" {

@@ -156,6 +156,7 @@ type Env struct {
 	Groups []*SentinelGroup // the masters, with Config.Sentinel
 	Config Config
 	Rec    *Recorder
+	fairs  fairLog // with Kind Fair
 
 	faults    atomic.Int64
 	takeovers atomic.Int64
@@ -254,6 +255,8 @@ type Report struct {
 	// Semaphore is the semaphore checker's findings, with Kind
 	// Semaphore; Result covers the permits' sections by slot.
 	Semaphore *SemaphoreResult
+	// Fair is the fair lock checker's findings, with Kind Fair.
+	Fair *FairResult
 	// Takeovers are leaderships that began while the leader before was
 	// stalled (PauseLeader).
 	Takeovers int
@@ -433,6 +436,9 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 		finals[k] = r.Value()
 	}
 	rep.Result = CheckKeys(rec.Sections(), finals)
+	if cfg.Kind == Fair {
+		rep.Fair = CheckFair(env.fairs.all())
+	}
 	for _, w := range workers {
 		rep.LockCalls += w.lockCalls
 		rep.LockFails += w.lockFails
@@ -501,6 +507,9 @@ func (w *worker) connect() error {
 	var lockers []locker
 	for k := range cfg.Keys {
 		l, err := newLocker(cfg.Kind, c, id, cfg, cfg.KeyName(k))
+		if cfg.Kind == Fair {
+			l, err = newFairLocker(c, id, cfg, k, w.env)
+		}
 		if err != nil {
 			return errors.Join(err, c.Close())
 		}

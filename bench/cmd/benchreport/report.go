@@ -418,6 +418,7 @@ func (r *report) write(w io.Writer) {
 
 	r.writeFailover(w)
 	r.writeSemaphore(w)
+	r.writeFairHandoff(w)
 	r.writeCommands(w)
 
 	if pr := r.profile; pr != nil {

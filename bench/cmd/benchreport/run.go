@@ -37,6 +37,9 @@ func suites(count int, benchtime string) []suite {
 		// of failovers. A killed leader's takes a TTL (1s): fewer of them.
 		{"BenchmarkElectionFailover/how=resign", "200x", count},
 		{"BenchmarkElectionFailover/how=killed", "30x", 1},
+		// Hand-offs among 100 waiters of one lock: percentiles of a
+		// fixed number of grants.
+		{"BenchmarkFairHandoff", "300x", count},
 		// Command counts barely vary: one repetition, few iterations.
 		{"BenchmarkCommands", "300x", 1},
 	}

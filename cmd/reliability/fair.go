@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// renderFair writes the table of the fair lock's runs.
+func renderFair(w io.Writer, results []outcome) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p(`## Fair lock
+
+The fair lock's runs (` + "`mutex.Fair`" + `) use the same runner on one key: each lock call
+takes a ticket (` + "`Enqueue`" + `) and waits for its turn (` + "`Wait`" + `, bounded by the lock
+timeout), then reads the counter, holds, writes it back with its fencing token and
+releases. Each call is recorded on the runner's clock: when its ticket was settled, when
+its wait began and ended, and whether it got the lock or its ticket was lost (no quorum
+renewed it within its waiter TTL). On top of the counter's checks, the checker reports:
+
+- **passed**: a grant to a ticket while a smaller ticket of the same key was surely
+  queued throughout the grant's wait (settled before it began, not lost, still waiting
+  after it ended); equal tickets, ordered by the waiters' ids, are not compared;
+- **arrivals out of order**: a ticket not larger than that of a waiter that had finished
+  queueing before it began, and still waited when it finished.
+
+Lost tickets are left out of the order: their place was not kept.
+
+`)
+	cols := []string{"Nemesis", "Assumptions", "Clients", "Lock calls", "Availability", "Waiters", "Granted", "Tickets lost", "Faults",
+		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Passed", "Arrivals out of order", "Verdict"}
+	p("| %s |\n", strings.Join(cols, " | "))
+	p("|%s\n", strings.Repeat("---|", len(cols)))
+	for _, o := range results {
+		kept := "kept"
+		if !o.sc.Safe {
+			kept = "broken"
+		}
+		if o.err != nil || o.rep.Fair == nil {
+			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			continue
+		}
+		r, rep, f := o.rep.Result, o.rep, o.rep.Fair
+		p("| %s | %s | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d | %s | %s | %d | %d | %s |\n",
+			o.sc.Name, kept, rep.Config.Clients, rep.LockCalls, availability(rep), f.Waiters, f.Granted, f.Lost, rep.Faults,
+			len(r.Overlaps), r.Miscounted(), len(r.StaleReads), r.Linearizable, rep.FencingColumn(), len(f.Passed), len(f.Arrivals), o.verdict())
+	}
+	p("\n\"Waiters\": tickets taken; \"Granted\": those that got the lock.\n\n")
+}

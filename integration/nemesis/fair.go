@@ -1,0 +1,200 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+// Waiter is one fair lock call (Kind Fair): its ticket, and when it
+// queued and stopped waiting, on the Recorder's clock.
+type Waiter struct {
+	Client int
+	Key    int
+	Ticket uint64
+	// Enqueue's call: the ticket was settled on a quorum by EnqueuedAt.
+	EnqueueAt, EnqueuedAt time.Duration
+	// Wait's call: it began at WaitAt and returned at End, with the lock
+	// (Granted), or without: the ticket was lost (Lost), or the lock call
+	// timed out and the ticket was cancelled after End.
+	WaitAt, End time.Duration
+	Granted     bool
+	// Lost: the ticket left the queue while it waited (mutex.ErrTicketLost).
+	// Its place was not kept; the checker leaves it out of the order.
+	Lost bool
+}
+
+// queuedOver reports whether w was surely queued, on a quorum, from a to
+// b: it was settled before a, was not lost, and stopped waiting after b.
+func (w Waiter) queuedOver(a, b time.Duration) bool {
+	return !w.Lost && w.EnqueuedAt < a && w.End > b
+}
+
+// FairResult is the fair lock checker's findings.
+type FairResult struct {
+	Waiters, Granted, Lost int
+	// Passed are grants to a waiter while a waiter of the same key with a
+	// smaller ticket was surely queued: an order violation.
+	Passed []Pass
+	// Arrivals are pairs where a waiter that queued after another had
+	// finished queueing, while that one still waited, got a ticket that
+	// is not larger.
+	Arrivals []Pass
+}
+
+// Pass is a pair of waiters of one key out of order: Later got the lock,
+// or a ticket, that Earlier was due first.
+type Pass struct{ Earlier, Later Waiter }
+
+func (p Pass) String() string {
+	return fmt.Sprintf("key %d: ticket %d (client %d, queued %v-%v, waited until %v) before ticket %d (client %d, waited %v-%v)",
+		p.Earlier.Key, p.Later.Ticket, p.Later.Client, p.Later.EnqueueAt, p.Later.EnqueuedAt, p.Later.End,
+		p.Earlier.Ticket, p.Earlier.Client, p.Earlier.WaitAt, p.Earlier.End)
+}
+
+// Violations counts the order violations.
+func (r *FairResult) Violations() int { return len(r.Passed) + len(r.Arrivals) }
+
+func (r *FairResult) String() string {
+	s := fmt.Sprintf("%d waiters, %d granted, %d tickets lost, %d passed, %d arrivals out of order", r.Waiters, r.Granted, r.Lost, len(r.Passed), len(r.Arrivals))
+	for _, p := range append(slices.Clone(r.Passed), r.Arrivals...) {
+		s += "\n  " + p.String()
+	}
+	return s
+}
+
+// CheckFair checks the fair lock's order in a history of waiters:
+//   - a waiter is granted the lock only when no waiter of its key with a
+//     smaller ticket is surely queued throughout its Wait (a waiter with
+//     an equal ticket is ordered by its id, which is not recorded);
+//   - a waiter that queued after another finished queueing, while that
+//     one still waited, has a larger ticket.
+//
+// A lost ticket is left out: its place was not kept. Mutual exclusion is
+// CheckKeys's, on the sections of the granted waiters.
+func CheckFair(waiters []Waiter) *FairResult {
+	r := &FairResult{Waiters: len(waiters)}
+	for _, a := range waiters {
+		if a.Granted {
+			r.Granted++
+		}
+		if a.Lost {
+			r.Lost++
+		}
+		for _, b := range waiters {
+			if a.Key != b.Key || a.Client == b.Client && a.EnqueueAt == b.EnqueueAt {
+				continue
+			}
+			if a.Granted && b.Ticket < a.Ticket && b.queuedOver(a.WaitAt, a.End) {
+				r.Passed = append(r.Passed, Pass{Earlier: b, Later: a})
+			}
+			if !a.Lost && !b.Lost && b.EnqueuedAt < a.EnqueueAt && b.End > a.EnqueuedAt && a.Ticket <= b.Ticket {
+				r.Arrivals = append(r.Arrivals, Pass{Earlier: b, Later: a})
+			}
+		}
+	}
+	return r
+}
+
+// fairLog collects the waiters of a run.
+type fairLog struct {
+	mu      sync.Mutex
+	waiters []Waiter
+}
+
+func (f *fairLog) add(w Waiter) {
+	f.mu.Lock()
+	f.waiters = append(f.waiters, w)
+	f.mu.Unlock()
+}
+
+func (f *fairLog) all() []Waiter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.waiters)
+}
+
+// fairLocker takes a ticket, then waits for its turn, and records both.
+// Its waiter TTL is the run's TTL.
+type fairLocker struct {
+	f      *mutex.Fair
+	client int
+	key    int
+	env    *Env
+	held   *redlock.Lock
+}
+
+func newFairLocker(c *redlock.Client, id int, cfg Config, key int, env *Env) (locker, error) {
+	f, err := mutex.NewFair(c, cfg.KeyName(key), &mutex.FairOptions{TTL: cfg.TTL, WaiterTTL: cfg.TTL, AutoRenew: cfg.AutoRenew})
+	return &fairLocker{f: f, client: id, key: key, env: env}, err
+}
+
+func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
+	rec := x.env.Rec
+	w := Waiter{Client: x.client, Key: x.key, EnqueueAt: rec.Now()}
+	t, err := x.f.Enqueue(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	w.Ticket, w.EnqueuedAt = t.Number(), rec.Now()
+	w.WaitAt = rec.Now()
+	l, err := t.Wait(ctx)
+	w.End = rec.Now()
+	w.Granted, w.Lost = err == nil, errors.Is(err, mutex.ErrTicketLost)
+	x.env.fairs.add(w)
+	if err != nil {
+		t.Cancel()
+		return nil, false, err
+	}
+	x.held = l
+	return l, false, nil
+}
+
+func (x *fairLocker) unlock(ctx context.Context) error {
+	l := x.held
+	x.held = nil
+	if l == nil {
+		return fmt.Errorf("%w: no fair lock held", redlock.ErrNotHeld)
+	}
+	return l.Release(ctx)
+}
+
+// fairScenarios are the fair lock's runs (Kind Fair): each section is
+// one Enqueue and Wait, on one key, so that every client queues behind
+// the others. base is Scenarios' load.
+func fairScenarios(s Scale, base Config) []Scenario {
+	fair := base
+	fair.Kind, fair.Keys = Fair, 1
+	if s == Full {
+		fair.Sections, fair.Completed, fair.Duration = 5000, 10000, 5*time.Minute
+	}
+	const as = " Each client queues for one lock (mutex.Fair, waiter TTL 1s): the checker requires grants in ticket order, leaving out tickets that were lost, and tickets that follow arrival."
+	return []Scenario{
+		{
+			Name: "fair: none", Safe: true, Config: fair,
+			Nemesis:     None{},
+			Description: "No fault." + as,
+		},
+		{
+			Name: "fair: kill-minority", Safe: true, Config: fair,
+			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As kill-minority, with a fair lock." + as,
+		},
+		{
+			Name: "fair: cut-minority", Safe: true, Config: fair,
+			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As cut-minority, with a fair lock." + as,
+		},
+		{
+			Name: "fair: pause-minority", Safe: true, Config: fair,
+			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
+			Description: "As pause-minority, with a fair lock." + as,
+		},
+	}
+}

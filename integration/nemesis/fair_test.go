@@ -1,0 +1,67 @@
+package nemesis_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/go-redlock/redlock/integration/nemesis"
+)
+
+// waiter returns a waiter of key 0 that queued from at to at+1ms, waited
+// until end, and got the lock or not.
+func waiter(client int, ticket uint64, at, end time.Duration, granted bool) nemesis.Waiter {
+	return nemesis.Waiter{Client: client, Ticket: ticket, EnqueueAt: at, EnqueuedAt: at + ms, WaitAt: at + ms, End: end, Granted: granted}
+}
+
+func TestCheckFairCleanHistory(t *testing.T) {
+	r := nemesis.CheckFair([]nemesis.Waiter{
+		waiter(0, 1, 0, 10*ms, true),
+		waiter(1, 2, 2*ms, 20*ms, true),
+		waiter(2, 3, 3*ms, 30*ms, true),
+		waiter(0, 4, 11*ms, 25*ms, false), // gave up before its turn
+		waiter(1, 5, 21*ms, 40*ms, true),
+	})
+	assert.Zero(t, r.Violations(), "%v", r)
+	assert.Equal(t, 5, r.Waiters)
+	assert.Equal(t, 4, r.Granted)
+}
+
+// A later ticket granted while an earlier one surely waited is reported.
+func TestCheckFairReportsPassing(t *testing.T) {
+	r := nemesis.CheckFair([]nemesis.Waiter{
+		waiter(0, 1, 0, 30*ms, true), // got it only after ticket 2
+		waiter(1, 2, 2*ms, 10*ms, true),
+	})
+	assert.Len(t, r.Passed, 1, "%v", r)
+	assert.Equal(t, uint64(2), r.Passed[0].Later.Ticket)
+	assert.Equal(t, 1, r.Violations())
+}
+
+// A waiter that queued after the grant began may not be passed: it was
+// not queued throughout. Nor a lost ticket, nor one of another key.
+func TestCheckFairAccountsForExpiredTickets(t *testing.T) {
+	late := waiter(0, 1, 5*ms, 30*ms, true)
+	lost := waiter(2, 1, 0, 30*ms, false)
+	lost.Lost = true
+	other := waiter(3, 1, 0, 30*ms, false)
+	other.Key = 1
+	r := nemesis.CheckFair([]nemesis.Waiter{late, lost, other, waiter(1, 2, 0, 10*ms, true)})
+	assert.Empty(t, r.Passed, "%v", r)
+	assert.Equal(t, 1, r.Lost)
+}
+
+// A waiter that queued after another finished queueing, while that one
+// waited, must get a larger ticket; an equal one is reported too.
+func TestCheckFairReportsArrivalOrder(t *testing.T) {
+	r := nemesis.CheckFair([]nemesis.Waiter{
+		waiter(0, 5, 0, 30*ms, false),
+		waiter(1, 5, 10*ms, 20*ms, false),
+		waiter(2, 3, 12*ms, 20*ms, false),
+	})
+	assert.Len(t, r.Arrivals, 3, "%v", r) // each later pair
+	// Once the first stopped waiting, its counter may restart: no order.
+	r = nemesis.CheckFair([]nemesis.Waiter{waiter(0, 5, 0, 5*ms, true), waiter(1, 1, 10*ms, 20*ms, true)})
+	assert.Zero(t, r.Violations(), "%v", r)
+}

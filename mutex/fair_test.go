@@ -1,0 +1,329 @@
+package mutex_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock"
+	"github.com/go-redlock/redlock/internal/harness"
+	"github.com/go-redlock/redlock/mutex"
+)
+
+const fairMasterTimeout = 100 * time.Millisecond
+
+// fairCluster starts five masters and n clients on them.
+func fairCluster(t *testing.T, n int) (*harness.Cluster, []*redlock.Client) {
+	t.Helper()
+	c := harness.NewProcessCluster(t, 5, harness.ProcessOptions{})
+	clients := make([]*redlock.Client, n)
+	for k := range clients {
+		masters := make([]*redis.Client, len(c.Masters))
+		for i, m := range c.Masters {
+			masters[i] = redis.NewClient(harness.MasterOptions(m.Addr()))
+		}
+		client, err := redlock.New(masters, &redlock.Options{MasterTimeout: fairMasterTimeout})
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_ = client.Close()
+			for _, m := range masters {
+				_ = m.Close()
+			}
+		})
+		clients[k] = client
+	}
+	return c, clients
+}
+
+func newFair(t *testing.T, c *redlock.Client, name string) *mutex.Fair {
+	t.Helper()
+	f, err := mutex.NewFair(c, name, &mutex.FairOptions{TTL: 2 * time.Second, WaiterTTL: time.Second})
+	require.NoError(t, err)
+	return f
+}
+
+// queueKeys returns the keys of fair queues left on the running masters.
+func queueKeys(t *testing.T, c *harness.Cluster) []string {
+	t.Helper()
+	var left []string
+	for i, m := range c.Masters {
+		if !m.Running() {
+			continue
+		}
+		keys, err := c.Admin(i).Keys(t.Context(), "*:q*").Result()
+		require.NoError(t, err)
+		left = append(left, keys...)
+	}
+	return left
+}
+
+// assertQueueGone checks that the queue's keys are gone from every
+// running master once every waiter left.
+func assertQueueGone(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	assert.Eventually(t, func() bool { return len(queueKeys(t, c)) == 0 }, 3*time.Second, 20*time.Millisecond,
+		"queue keys left: %v", queueKeys(t, c))
+}
+
+// Waiters that queued one after another get the lock in that order. It
+// fails where the grant ignores the queue: the waiters would race.
+func TestFairGrantsInTicketOrder(t *testing.T) {
+	c, clients := fairCluster(t, 3)
+	testFairOrder(t, c, clients, "order")
+}
+
+// A minority of masters down keeps the order: every quorum shares a master
+// with the one that queued each waiter. It fails where the ticket is not
+// the largest of a quorum (a first reply, say).
+func TestFairMinorityDownKeepsOrder(t *testing.T) {
+	c, clients := fairCluster(t, 3)
+	for _, i := range []int{0, 3} {
+		require.NoError(t, c.Masters[i].Kill(t.Context()))
+	}
+	testFairOrder(t, c, clients, "minority")
+}
+
+func testFairOrder(t *testing.T, c *harness.Cluster, clients []*redlock.Client, name string) {
+	t.Helper()
+	ctx := t.Context()
+	holder, err := newFair(t, clients[0], name).Lock(ctx)
+	require.NoError(t, err)
+	const n = 9
+	tickets := make([]*mutex.Ticket, n)
+	for i := range tickets {
+		tickets[i], err = newFair(t, clients[i%len(clients)], name).Enqueue(ctx)
+		require.NoError(t, err)
+		if i > 0 {
+			require.Less(t, tickets[i-1].Number(), tickets[i].Number(), "a later arrival gets a larger ticket")
+		}
+	}
+	var (
+		mu     sync.Mutex
+		order  []int
+		inside atomic.Int32
+		tokens []uint64
+		wg     sync.WaitGroup
+	)
+	for i, tk := range tickets {
+		wg.Go(func() {
+			l, err := tk.Wait(ctx)
+			if !assert.NoError(t, err) {
+				return
+			}
+			assert.Equal(t, int32(1), inside.Add(1), "two holders")
+			mu.Lock()
+			order, tokens = append(order, i), append(tokens, l.Token())
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			inside.Add(-1)
+			assert.NoError(t, l.Release(context.Background()))
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // every waiter refused once, waiting
+	require.NoError(t, holder.Release(ctx))
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8}, order)
+	assert.True(t, slices.IsSorted(tokens), "tokens %v", tokens)
+	assertQueueGone(t, c)
+}
+
+// Contending waiters of several clients never hold the lock together,
+// and a plain Mutex of the name is excluded too. It fails where the
+// fair acquire grants on the queue alone.
+func TestFairNeverTwoHolders(t *testing.T) {
+	c, clients := fairCluster(t, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	hold := func(release func(context.Context) error) {
+		assert.Equal(t, int32(1), inside.Add(1), "two holders")
+		time.Sleep(2 * time.Millisecond)
+		inside.Add(-1)
+		assert.NoError(t, release(context.Background()))
+	}
+	for k := range 12 {
+		wg.Go(func() {
+			f := newFair(t, clients[k%3], "never-two")
+			for range 5 {
+				l, err := f.Lock(ctx)
+				if !assert.NoError(t, err) {
+					return
+				}
+				hold(l.Release)
+			}
+		})
+	}
+	wg.Go(func() { // a plain Mutex barges in, but never while another holds
+		m, err := mutex.New(clients[0], "never-two", &mutex.Options{TTL: 2 * time.Second})
+		require.NoError(t, err)
+		for range 5 {
+			if assert.NoError(t, m.Lock(ctx)) {
+				hold(m.Unlock)
+			}
+		}
+	})
+	wg.Wait()
+	assertQueueGone(t, c)
+}
+
+// A waiter that dies holds the next one back for at most its waiter TTL.
+// It fails where an expired waiter still blocks the queue.
+func TestFairDeadWaiterDelaysNextByItsTTL(t *testing.T) {
+	_, clients := fairCluster(t, 2)
+	ctx := t.Context()
+	f := newFair(t, clients[0], "dead")
+	holder, err := f.Lock(ctx)
+	require.NoError(t, err)
+	dead, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	next, err := newFair(t, clients[1], "dead").Enqueue(ctx)
+	require.NoError(t, err)
+	mutex.Abandon(dead) // renews no more; its entry expires within 1s
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := next.Wait(ctx)
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			assert.NoError(t, l.Release(context.Background()))
+		}
+		close(got)
+	}()
+	released := time.Now()
+	require.NoError(t, holder.Release(ctx))
+	// Bound: the dead waiter's TTL (1s) from its last renewal, which was
+	// before the release. Margin: 1s for a busy machine.
+	select {
+	case at := <-got:
+		assert.Less(t, at.Sub(released), 2*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the next waiter never got the lock")
+	}
+}
+
+// Cancel leaves the queue at once: the waiter behind is next without
+// waiting for the TTL. Position counts live tickets ahead, not the holder.
+// It fails where Cancel only stops renewing.
+func TestFairCancelAndPosition(t *testing.T) {
+	c, clients := fairCluster(t, 1)
+	ctx := t.Context()
+	f := newFair(t, clients[0], "cancel")
+	holder, err := f.Lock(ctx)
+	require.NoError(t, err)
+	var tks []*mutex.Ticket
+	for range 3 {
+		tk, err := f.Enqueue(ctx)
+		require.NoError(t, err)
+		tks = append(tks, tk)
+	}
+	for i, tk := range tks {
+		p, err := tk.Position(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, i, p)
+	}
+	tks[0].Cancel()
+	p, err := tks[1].Position(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, p, "the cancelled ticket left at once")
+	_, err = tks[0].Position(ctx)
+	assert.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, holder.Release(ctx))
+	l, err := tks[1].Wait(ctx)
+	require.NoError(t, err)
+	p, err = tks[2].Position(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, p, "the holder is not counted")
+	require.NoError(t, l.Release(ctx))
+	l, err = tks[2].Wait(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	tks[2].Cancel() // after the grant: nothing
+	assertQueueGone(t, c)
+}
+
+// Bad input is refused before any I/O, with nothing left on the masters.
+func TestFairBadInput(t *testing.T) {
+	c, clients := fairCluster(t, 1)
+	client := clients[0]
+	for name, opts := range map[string]*mutex.FairOptions{
+		"waiter TTL below the master timeout": {WaiterTTL: fairMasterTimeout},
+		"negative waiter TTL":                 {WaiterTTL: -time.Second},
+		"TTL below the master timeout":        {TTL: fairMasterTimeout / 2},
+	} {
+		_, err := mutex.NewFair(client, "bad", opts)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument, name)
+	}
+	_, err := mutex.NewFair(client, "", nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, err = mutex.NewFair(nil, "bad", nil)
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	f := newFair(t, client, "bad")
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	//nolint:staticcheck // a nil context on purpose
+	for _, ctx := range []context.Context{nil, ended} {
+		_, err = f.Lock(ctx)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+		_, err = f.Enqueue(ctx)
+		assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	}
+	var zero mutex.Fair
+	_, err = zero.Lock(t.Context())
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "zero Fair")
+	var zt mutex.Ticket
+	_, err = zt.Wait(t.Context())
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	_, err = zt.Position(t.Context())
+	assert.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	zt.Cancel()
+	assert.Equal(t, []int{0, 0, 0, 0, 0}, c.KeyCounts(t.Context()))
+}
+
+// A waiter whose context ends leaves the queue: Lock cancels its ticket.
+func TestFairLockGivesUp(t *testing.T) {
+	c, clients := fairCluster(t, 1)
+	f := newFair(t, clients[0], "gives-up")
+	holder, err := f.Lock(t.Context())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = f.Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Empty(t, slices.DeleteFunc(queueKeys(t, c), func(k string) bool { return !strings.HasSuffix(k, ":q") }))
+	require.NoError(t, holder.Release(t.Context()))
+}
+
+// A later ticket is refused while an earlier one is live, even where it
+// tries first and the lock is free. It fails where the masters do not
+// check the queue: the order would rest on the waiters' discipline.
+func TestFairLaterTicketWaitsForEarlier(t *testing.T) {
+	c, clients := fairCluster(t, 2)
+	first, err := newFair(t, clients[0], "later").Enqueue(t.Context())
+	require.NoError(t, err)
+	later, err := newFair(t, clients[1], "later").Enqueue(t.Context())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, err = later.Wait(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	l, err := first.Wait(t.Context())
+	require.NoError(t, err)
+	p, err := later.Position(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 0, p)
+	require.NoError(t, l.Release(t.Context()))
+	l, err = later.Wait(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, l.Release(t.Context()))
+	assertQueueGone(t, c)
+}
