@@ -223,7 +223,7 @@ func Scenarios(s Scale) []Scenario {
 		}
 	}
 	all = append(all, electionScenarios(s, base(), holding())...)
-	all = append(all, semaphoreScenarios(s, base(), someLong(), lease())...)
+	all = append(all, semaphoreScenarios(s, base(), someLong(), lease(), holding())...)
 	for _, sc := range all {
 		if !sc.Safe {
 			sc.Description = "As " + sc.Name + ", with a resource that does not check fencing tokens."
