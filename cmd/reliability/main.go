@@ -107,6 +107,11 @@ func (o outcome) ok() bool {
 		return r.Violations() == 0 && r.Rejected == 0 &&
 			(!o.sc.KeepsLock || r.Aborted == 0) && (!o.sc.LosesLock || r.Aborted > 0)
 	}
+	// A broken semaphore shows as a crowd, two permits of one slot at
+	// once, or the damage they did: any one is the assumption caught.
+	if s := o.rep.Semaphore; s != nil {
+		return len(s.Crowds) > 0 || r.MutualExclusionViolated() || r.DataCorrupted()
+	}
 	return r.MutualExclusionViolated() && (r.DataCorrupted() || r.Rejected > 0)
 }
 

@@ -34,6 +34,9 @@ reads, linearizable, rejections) run per slot. On top, the checker reports:
   of every permit whose ` + "`Acquire`" + ` returned before their own ` + "`Acquire`" + ` was
   called.
 
+The broken run (restart without delay, fresh clients) must show a crowd,
+a slot overlap or a lost update: any one is the broken assumption caught.
+
 `)
 	cols := []string{"Nemesis", "Assumptions", "Clients", "Capacities", "Acquires", "Availability", "Permits", "Most held", "Slot unknown", "Locks lost", "Faults",
 		"Crowds", "Token inversions", "Slot overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Verdict"}

@@ -118,7 +118,8 @@ func TestSafeScenarios(t *testing.T) {
 // that the clients cannot see, clocks far too fast on a majority): the
 // checker must report that two clients held the lock at once, and either
 // the resulting data corruption or, when fencing is wired, the stale
-// operations the resource rejected.
+// operations the resource rejected. A semaphore run must show a crowd, a
+// slot held twice at once, or a lost update.
 func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
 	for _, sc := range nemesis.Scenarios(nemesis.Quick) {
 		if sc.Safe {
@@ -128,10 +129,19 @@ func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
 			t.Parallel() // mostly waiting; -parallel (GOMAXPROCS) bounds how many at once
 			rep := runScenario(t, sc)
 			r := rep.Result
-			assert.True(t, r.MutualExclusionViolated(), "no overlap reported under %s:\n%v", sc.Name, r)
 			if e := rep.Election; e != nil {
 				t.Logf("election: %v", e)
 			}
+			if s := rep.Semaphore; s != nil {
+				t.Logf("semaphore: %v", s)
+				// Any one is the broken assumption caught: a crowd, two
+				// permits of one slot at once, or the damage they did.
+				assert.True(t, len(s.Crowds) > 0 || r.MutualExclusionViolated() || r.DataCorrupted(),
+					"no crowd, slot overlap or lost update under %s:\n%v\n%v", sc.Name, s, r)
+				assert.Positive(t, rep.Faults)
+				return
+			}
+			assert.True(t, r.MutualExclusionViolated(), "no overlap reported under %s:\n%v", sc.Name, r)
 			if rep.Fencing {
 				assert.True(t, r.DataCorrupted() || r.Rejected > 0, "neither corruption nor rejection:\n%v", r)
 			} else {

@@ -223,7 +223,7 @@ func Scenarios(s Scale) []Scenario {
 		}
 	}
 	all = append(all, electionScenarios(s, base(), holding())...)
-	all = append(all, semaphoreScenarios(s, base(), someLong(), lease())...)
+	all = append(all, semaphoreScenarios(s, base(), someLong(), lease(), holding())...)
 	all = append(all, fairScenarios(s, base())...)
 	for _, sc := range all {
 		if !sc.Safe {

@@ -166,8 +166,9 @@ func (w *worker) holdOnly(s *Section, l *redlock.Lock, long bool) {
 
 // semaphoreScenarios are the semaphore's runs (Kind Semaphore): more
 // clients than permits, each section a permit fenced by its token on the
-// resource of its slot. base, someLong and lease are Scenarios' loads.
-func semaphoreScenarios(s Scale, base, someLong, lease Config) []Scenario {
+// resource of its slot. base, someLong, lease and holding are
+// Scenarios' loads.
+func semaphoreScenarios(s Scale, base, someLong, lease, holding Config) []Scenario {
 	pick := func(quick, full int) int {
 		if s == Full {
 			return full
@@ -196,6 +197,16 @@ func semaphoreScenarios(s Scale, base, someLong, lease Config) []Scenario {
 	leases.Sections = pick(6, 1500)
 	mixed := load
 	mixed.Capacities = []int{3, 3, 2}
+	// Every permit held 700ms, twice as many clients as permits, each
+	// acquire through a new client: the broken restart's load.
+	broken := sem(holding)
+	broken.Clients, broken.FreshClients = 6, true
+	broken.Duration = dur(8*time.Second, 15*time.Second) // as the locks' broken runs
+	// A waiter's client saw the restart: it counts the restarted masters
+	// toward no new permit for a TTL. Giving up within half a TTL sends it
+	// back through a fresh client, which does not. More sections than
+	// fit: the Duration ends the run.
+	broken.LockTimeout, broken.Sections = time.Second, 100
 
 	const as = " Semaphore of capacity 3 (package semaphore): each client acquires a permit, reads the counter of the permit's slot, holds, writes it back with the permit's token as fencing token, and releases."
 	const full = " Full runs end after 10,000 sections or 5 minutes."
@@ -229,6 +240,12 @@ func semaphoreScenarios(s Scale, base, someLong, lease Config) []Scenario {
 			Nemesis: RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: dur(300*time.Millisecond, 3*time.Second)},
 			Description: "As restart-delayed, under a semaphore: 4 masters die while a permit is held for 700ms (TTL 2s), and come back empty after 2.3s." + as +
 				" Full runs end after 10,000 sections or 5 minutes; each cycle leaves no quorum for 2.3s and the restarted masters out for a TTL after, so fewer fit.",
+		},
+		{
+			Name: "semaphore: restart-no-delay, fresh clients", Safe: false, Config: broken,
+			Nemesis: RestartHolders{PreKill: 2, Count: 2, Delay: 0, Up: 300 * time.Millisecond},
+			Description: "As restart-no-delay, fresh clients, under a semaphore of capacity 3 with 6 clients: while a permit is held for 700ms (TTL 2s) on the 3 live masters, 2 of those die, and all 4 come back empty at once: the permit is left on 1 master. " +
+				"Each acquire goes through a new redlock.Client, which sees no new run_id and counts the 4 empty masters at once: they admit up to 3 more permits beside it. An acquire gives up after 1s, so that a waiter that saw the restart tries again through a new client. Breaks the persistence assumption." + as,
 		},
 		{
 			Name: "semaphore: skew-one", Safe: true, Config: leases,
