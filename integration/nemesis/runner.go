@@ -612,6 +612,26 @@ func exitAt(s Section, now, until time.Duration) time.Duration {
 	return now
 }
 
+// hold holds lock l for the section's time, and reports whether l is
+// still held after it. A holder stops at once when its lock is lost, as
+// a user's would.
+func (w *worker) hold(l *redlock.Lock, long bool) bool {
+	hold := w.cfg.Hold
+	switch {
+	case long:
+		hold = w.cfg.LongHold
+	case w.cfg.HoldUntilValidity > 0:
+		hold = time.Until(l.Until().Add(-w.cfg.HoldUntilValidity))
+	}
+	t := time.NewTimer(hold)
+	select {
+	case <-t.C:
+	case <-l.Done():
+		t.Stop()
+	}
+	return l.Held()
+}
+
 // section reads the resource, holds, and writes the increment back unless
 // the section is shared (a read lock), the lock was lost or its validity
 // ran out meanwhile, or the resource rejected the token.
@@ -623,21 +643,7 @@ func (w *worker) section(s *Section, l *redlock.Lock, long bool) {
 		return
 	}
 	s.ReadOK, s.Read, s.ReadAt = true, v, at
-	hold := w.cfg.Hold
-	switch {
-	case long:
-		hold = w.cfg.LongHold
-	case w.cfg.HoldUntilValidity > 0:
-		hold = time.Until(l.Until().Add(-w.cfg.HoldUntilValidity))
-	}
-	// A holder stops at once when its lock is lost, as a user's would.
-	t := time.NewTimer(hold)
-	select {
-	case <-t.C:
-	case <-l.Done():
-		t.Stop()
-	}
-	if !l.Held() {
+	if !w.hold(l, long) {
 		s.Aborted = true
 		return
 	}

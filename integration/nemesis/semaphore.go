@@ -79,7 +79,7 @@ func (w *worker) permit(ctx context.Context, n int) error {
 	if p.Slot >= 0 {
 		w.section(&p.Section, l, long)
 	} else {
-		w.holdOnly(&p.Section, l, long)
+		p.Aborted = !w.hold(l, long) // no resource: it cannot tell which
 	}
 	p.Exit = exitAt(p.Section, rec.Now(), rec.At(l.Until()))
 	close(done)
@@ -143,25 +143,6 @@ func (w *worker) slotOf(l *redlock.Lock) int {
 			return -1
 		}
 	}
-}
-
-// holdOnly holds a permit of unknown slot as section would, without a
-// resource: it cannot tell which.
-func (w *worker) holdOnly(s *Section, l *redlock.Lock, long bool) {
-	hold := w.cfg.Hold
-	switch {
-	case long:
-		hold = w.cfg.LongHold
-	case w.cfg.HoldUntilValidity > 0:
-		hold = time.Until(l.Until().Add(-w.cfg.HoldUntilValidity))
-	}
-	t := time.NewTimer(hold)
-	select {
-	case <-t.C:
-	case <-l.Done():
-		t.Stop()
-	}
-	s.Aborted = !l.Held()
 }
 
 // semaphoreScenarios are the semaphore's runs (Kind Semaphore): more
