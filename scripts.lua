@@ -780,12 +780,19 @@ end
 return reply
 
 --- fair_release @value @tokens @releaseLock @queue
--- release; the last one publishes the id of the next live waiter on Q.
+-- release. The last one drops the holder's entry, which its grant left
+-- where this master refused it, so that it holds no one back. It
+-- publishes the id of the next live waiter on Q where the lock went or
+-- that entry was first.
 local reply = releaseLock(KEYS, ARGV)
-if ARGV[3] == '0' and type(reply) == 'number' and reply > 0 then
+if ARGV[3] == '0' then
   local q = KEYS[1] .. ':q'
   trimQueue(q)
+  local first = headOf(q) == ARGV[1]
+  local left = redis.call('ZREM', q, ARGV[1]) == 1
+  if left then redis.call('ZREM', q .. 'e', ARGV[1]) end
   local next = headOf(q)
-  if next then redis.call('PUBLISH', q, next) end
+  if next and (first or type(reply) == 'number' and reply > 0) then redis.call('PUBLISH', q, next) end
+  if left then dropEmpty(q) end
 end
 return reply

@@ -190,6 +190,7 @@ type Ticket struct {
 	stop    context.CancelFunc
 	done    chan struct{} // closed when renewal stopped
 	waiting atomic.Bool
+	left    sync.Once // the leave round, once
 }
 
 // Number returns the ticket's number: the order it queued in. Tickets of
@@ -217,7 +218,8 @@ func (t *Ticket) endedErr() error {
 
 // Position returns how many live tickets are ahead of this one, at most,
 // on each master of a quorum: 0 when it is next. The holder of the lock is
-// not counted. It renews the ticket, in one quorum round.
+// not counted, unless a master that refused its grant is in the quorum
+// (see docs/fair.md). It renews the ticket, in one quorum round.
 func (t *Ticket) Position(ctx context.Context) (int, error) {
 	if err := t.check(ctx, "Position"); err != nil {
 		return 0, err
@@ -300,8 +302,11 @@ func (t *Ticket) renewing(ctx context.Context) {
 		case <-timer.C:
 		}
 		t.round.Lock()
-		if t.endedErr() != nil {
+		if err := t.endedErr(); err != nil {
 			t.round.Unlock()
+			if errors.Is(err, ErrTicketLost) { // lost by Wait or Position
+				t.leave()
+			}
 			return
 		}
 		_, err := t.renewLocked(ctx)
@@ -318,29 +323,36 @@ func (t *Ticket) renewing(ctx context.Context) {
 	}
 }
 
-// leave drops the ticket from the queue, with a fresh bounded context.
+// leave drops the ticket from the queue, once, with a fresh bounded
+// context. A lost ticket leaves too: a renewal decided too late, or an
+// undo, may have queued it anew, ahead of the tickets behind it.
 func (t *Ticket) leave() {
-	ctx, cancel := context.WithTimeout(context.Background(), t.f.opts.WaiterTTL)
-	defer cancel()
-	_ = queues.Leave(ctx, t.f.client, t.f.name, t.id, t.f.opts.WaiterTTL)
+	t.left.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.f.opts.WaiterTTL)
+		defer cancel()
+		_ = queues.Leave(ctx, t.f.client, t.f.name, t.id, t.f.opts.WaiterTTL)
+	})
 }
 
 // Cancel leaves the queue at once: it stops renewal and drops the ticket
 // on every master it reaches, in one round bounded by the client's
 // MasterTimeout, whatever context the waiter had. A master it misses
-// drops it within WaiterTTL. A Wait under way returns. Cancel after the
-// lock was granted, or again, does nothing.
+// drops it within WaiterTTL. A Wait under way returns. A lost ticket
+// leaves too. Cancel after the lock was granted, or again, does nothing.
 func (t *Ticket) Cancel() {
 	if t == nil || t.f == nil {
 		return
 	}
 	t.round.Lock()
 	ended := t.end(fmt.Errorf("%w: Fair %s: ticket %d was cancelled", redlock.ErrNotObtained, clip.Quote(t.f.name), t.number))
+	lost := !ended && errors.Is(t.endedErr(), ErrTicketLost)
 	t.round.Unlock()
 	t.stop()
 	<-t.done
 	if ended {
 		close(t.lost) // wakes a Wait
+	}
+	if ended || lost {
 		t.leave()
 	}
 }

@@ -238,15 +238,26 @@ func TestFairCancelAndPosition(t *testing.T) {
 	require.NoError(t, holder.Release(ctx))
 	l, err := tks[1].Wait(ctx)
 	require.NoError(t, err)
-	p, err = tks[2].Position(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 0, p, "the holder is not counted")
+	assertNext(t, tks[2])
 	require.NoError(t, l.Release(ctx))
 	l, err = tks[2].Wait(ctx)
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 	tks[2].Cancel() // after the grant: nothing
 	assertQueueGone(t, c)
+}
+
+// assertNext checks that tk's Position comes to 0 while the lock is held:
+// the holder is not counted. The grant's round was decided on a quorum:
+// its calls to other masters may land after the Position round, or never
+// (withdrawn), and the holder's entry there expires with its waiter TTL.
+// Bound: that TTL (1s); margin 1s.
+func assertNext(t *testing.T, tk *mutex.Ticket) {
+	t.Helper()
+	assert.Eventually(t, func() bool {
+		p, err := tk.Position(t.Context())
+		return err == nil && p == 0
+	}, 2*time.Second, 20*time.Millisecond, "the holder is counted")
 }
 
 // Bad input is refused before any I/O, with nothing left on the masters.
@@ -318,12 +329,70 @@ func TestFairLaterTicketWaitsForEarlier(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
 	l, err := first.Wait(t.Context())
 	require.NoError(t, err)
-	p, err := later.Position(t.Context())
-	require.NoError(t, err)
-	assert.Equal(t, 0, p)
+	assertNext(t, later)
 	require.NoError(t, l.Release(t.Context()))
 	l, err = later.Wait(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, l.Release(t.Context()))
 	assertQueueGone(t, c)
+}
+
+// A grant leaves the holder's entry on a master that refused it; the
+// release drops it there, so that it holds the next waiter back no longer.
+// With a master down, the refusing master is in every quorum. It fails
+// where the release keeps that entry: Position says 1, and the next Wait
+// waits for the holder's waiter TTL (5s; 2s margin).
+func TestFairReleaseDropsHoldersLeftEntry(t *testing.T) {
+	c := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	ctx := t.Context()
+	fairs := make([]*mutex.Fair, 2)
+	for k := range fairs {
+		client, err := redlock.New(c.Clients(), &redlock.Options{MasterTimeout: fairMasterTimeout})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = client.Close() })
+		fairs[k], err = mutex.NewFair(client, "left", &mutex.FairOptions{TTL: 2 * time.Second, WaiterTTL: 5 * time.Second})
+		require.NoError(t, err)
+	}
+	first, err := fairs[0].Enqueue(ctx)
+	require.NoError(t, err)
+	next, err := fairs[1].Enqueue(ctx)
+	require.NoError(t, err)
+	// Master 0 refuses the grant: another holder's lock is there.
+	require.NoError(t, c.Admin(0).Set(ctx, "{left}", "1:5:0:5:nonceother", time.Minute).Err())
+	l, err := first.Wait(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Masters[2].Kill(ctx))
+	require.NoError(t, c.Admin(0).Del(ctx, "{left}").Err())
+	_ = l.Release(ctx) // one master of three agrees: ErrNotHeld
+	p, err := next.Position(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, p, "the holder's entry is gone")
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	l, err = next.Wait(wctx)
+	require.NoError(t, err, "held back by the holder's entry")
+	require.NoError(t, l.Release(ctx))
+}
+
+// A ticket found lost by a renewal decided after its lease (a waiter
+// paused past its waiter TTL) leaves the queue: that renewal queued it
+// anew, ahead of the tickets behind it. It fails where a lost ticket's
+// Cancel does nothing: the next ticket's Position says 1 for a second.
+func TestFairLostTicketLeaves(t *testing.T) {
+	_, clients := fairCluster(t, 1)
+	ctx := t.Context()
+	f := newFair(t, clients[0], "lost")
+	lost, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	next, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	mutex.StopRenewal(lost)
+	time.Sleep(1200 * time.Millisecond) // its waiter TTL (1s) ran out; 200ms margin
+	_, err = lost.Position(ctx)
+	require.ErrorIs(t, err, mutex.ErrTicketLost)
+	lost.Cancel() // as Lock does after a lost Wait
+	p, err := next.Position(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, p, "the lost ticket left")
+	next.Cancel()
 }

@@ -183,6 +183,47 @@ var suite = []struct {
 		}
 		require.NoError(t, waiter.Unlock(ctx))
 	}},
+	{"fair", func(t *testing.T, b backend) {
+		// The queue's scripts use sorted sets, INCR, TIME and PUBLISH.
+		clients, _ := b(t, 3)
+		ctx := t.Context()
+		opts := &mutex.FairOptions{TTL: 10 * time.Second, WaiterTTL: 3 * time.Second}
+		f, err := mutex.NewFair(newClient(t, clients), "job", opts)
+		require.NoError(t, err)
+		holder, err := f.Lock(ctx)
+		require.NoError(t, err)
+		first, err := f.Enqueue(ctx)
+		require.NoError(t, err)
+		later, err := f.Enqueue(ctx)
+		require.NoError(t, err)
+		require.Less(t, first.Number(), later.Number())
+		p, err := later.Position(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, p, "the holder is not counted")
+		require.NoError(t, holder.Release(ctx))
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err = later.Wait(short)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "a live earlier ticket is ahead")
+		got := make(chan error, 1)
+		go func() { // woken by the first one's release, not by its renewal
+			l, err := later.Wait(ctx)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		l, err := first.Wait(ctx)
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the next ticket never got the lock")
+		}
+		assert.Empty(t, leftKeys(t, clients))
+	}},
 	{"killed and restarted masters", func(t *testing.T, b backend) {
 		clients, ms := b(t, 3)
 		c := newClient(t, clients)
