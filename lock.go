@@ -109,6 +109,8 @@ type lockID struct {
 	// capacity > 0: a semaphore's permit, admitted where fewer permits
 	// than that are live. It goes where writeWait would: ARGV[5].
 	capacity int
+	// names are a multi-resource lock's names, sorted; nil for others.
+	names []string
 }
 
 // Stages of a Lock's life.

@@ -48,6 +48,9 @@ type mode struct {
 	// permit: a semaphore's permit, whose one key is the main key with
 	// suffix ":s". It holds once: it cannot be re-entered.
 	permit bool
+	// multi: a multi-resource lock, whose keys are the main keys of
+	// several names. Releases publish on each. It holds once.
+	multi bool
 }
 
 var (
