@@ -35,6 +35,8 @@ func (k Kind) String() string {
 		return "rwmutex.RWMutex"
 	case Election:
 		return "election.Election"
+	case Multi:
+		return "multi.Mutex"
 	}
 	return "mutex.Mutex"
 }

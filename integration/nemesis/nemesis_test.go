@@ -68,7 +68,7 @@ func TestSafeScenarios(t *testing.T) {
 				assert.Positive(t, r.Committed, "no section committed")
 			}
 			assert.Equal(t, int64(r.Committed), r.Final)
-			if sc.Name != "none" {
+			if _, none := sc.Nemesis.(nemesis.None); !none {
 				assert.Positive(t, rep.Faults, "no fault injected")
 			}
 			assert.True(t, rep.Fencing, "the resource checked fencing tokens")
@@ -91,6 +91,12 @@ func TestSafeScenarios(t *testing.T) {
 					assert.Positive(t, e.Lapsed, "no stalled leader lost its lead")
 					assert.Positive(t, rep.Takeovers, "no candidate led while the leader was stalled")
 				}
+			}
+			if m := rep.Multi; m != nil {
+				t.Logf("multi-resource: %v", m)
+				assert.Zero(t, m.Violations(), "multi-resource violations under %s:\n%v", sc.Name, m)
+				assert.Positive(t, m.Multi, "no multi-resource section")
+				assert.Greater(t, m.MostKeys, 2, "no section of 3 keys or more")
 			}
 			if c := sc.Config; c.Completed > 0 {
 				assert.LessOrEqual(t, r.Committed+r.Reads, c.Completed+c.Clients, "the load ends once Completed sections completed")
