@@ -264,6 +264,9 @@ func (l *Lock) reenter(ctx context.Context) error {
 	if l.mode.permit {
 		return invalidf("reenter %s: a semaphore's permit holds once", quote(l.key))
 	}
+	if l.mode.multi {
+		return invalidf("reenter %s: a multi-resource lock holds once", quote(l.key))
+	}
 	return l.take(ctx, l.holds+1)
 }
 

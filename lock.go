@@ -109,6 +109,8 @@ type lockID struct {
 	capacity int
 	// queued: a fair lock's "ticket:waiter TTL (ms)", its ARGV[5] too.
 	queued string
+	// names are a multi-resource lock's names, sorted; nil for others.
+	names []string
 }
 
 // Stages of a Lock's life.

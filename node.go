@@ -50,6 +50,9 @@ type mode struct {
 	permit bool
 	// undo reverts a failed acquire where it applied; nil: release does.
 	undo *redis.Script
+	// multi: a multi-resource lock, whose keys are the main keys of
+	// several names. Releases publish on each. It holds once.
+	multi bool
 }
 
 var (

@@ -14,7 +14,8 @@ import (
 // real masters: README.md's and docs/'s Go blocks are excerpts of them.
 var examples = []string{
 	"example_test.go", "mutex/example_test.go", "rwmutex/example_test.go",
-	"mutex/fair_example_test.go", "election/example_test.go", "semaphore/example_test.go", "redlocktest/example/nightly_test.go",
+	"mutex/fair_example_test.go", "election/example_test.go", "semaphore/example_test.go", "multi/example_test.go",
+	"redlocktest/example/nightly_test.go",
 }
 
 // programs are complete programs that go test runs as written (their

@@ -149,7 +149,7 @@ func (l *Lock) releaseWith(ctx context.Context, script *redis.Script, holds int,
 			l:      l,
 			retry:  quorum.Cleanup{Script: o.Script, Keys: o.Keys, Args: o.Args},
 			keyTTL: ttl,
-			early:  l.client.ordered && l.quick && !l.client.isContested(o.Keys.Names[0]),
+			early:  l.client.ordered && l.quick && !l.mode.multi && !l.client.isContested(o.Keys.Names[0]),
 			then:   queued,
 		}
 		o.Policy = last
@@ -159,7 +159,8 @@ func (l *Lock) releaseWith(ctx context.Context, script *redis.Script, holds int,
 		if !last.early {
 			last.handOff()
 		}
-		if err == nil && l.mode != readMode { // a read release always replies 1
+		// A read release always replies 1; a multi-resource one answers for several names.
+		if err == nil && l.mode != readMode && !l.mode.multi {
 			l.client.contest(o.Keys.Names[0], res.Max == replyWaited)
 		}
 	}
@@ -242,7 +243,9 @@ func (p *releasePolicy) Settled(context.Context, int, quorum.Answer, bool) func(
 
 // handOff wakes this client's next waiter for the lock, and runs then.
 func (p *releasePolicy) handOff() {
-	p.l.client.releasing(p.l.keys.Names[0], p.l.nonce)
+	for _, ch := range p.l.mode.channels(p.l.keys.Names) {
+		p.l.client.releasing(ch, p.l.nonce)
+	}
 	if p.then != nil {
 		p.then()
 	}

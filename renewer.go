@@ -453,7 +453,8 @@ func (c *Client) renewCalls(i int, items []renewItem, live []int) []quorum.Call 
 		for ; first+n < len(live); n++ {
 			it := &items[live[first+n]]
 			l := it.r.l
-			if l.mode.extendMany != script || len(names) >= renewBatchKeys {
+			// A mode without extendMany renews each Lock on its own.
+			if l.mode.extendMany != script || len(names) >= renewBatchKeys || n > 0 && script == nil {
 				break
 			}
 			names = append(names, l.keys.Names[:m.batchKeys]...)

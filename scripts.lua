@@ -486,6 +486,130 @@ if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[1] .. ':rh') e
 redis.call('PUBLISH', KEYS[1], ARGV[6])
 return 1
 
+--- @multi
+-- Multi-resource locks (package multi). KEYS are the main keys of several
+-- names, K1..Kn, sorted by name and distinct: the same keys as the
+-- exclusive lock of each name, so each name's lock and fencing counter are
+-- shared with its plain locks. ARGV as above; ARGV[3] is always 1 (or 0
+-- for a release): a multi-resource lock holds once. On a master, every
+-- script sets or clears all the names of its Lock, or none. A release
+-- marker is K1:gone:nonce only: every call of one Lock has the same KEYS.
+
+-- heldAll reports whether the Lock of nonce and owner holds every key
+-- here.
+local function heldAll(keys, owner, nonce)
+  local me = holderOf(nonce, owner)
+  for i = 1, #keys do
+    local _, _, _, holder = parse(redis.call('GET', keys[i]))
+    if holder ~= me then return false end
+  end
+  return true
+end
+
+--- multi_acquire @value @tokens @readers @ttl @multi
+-- Takes every name where each is free here, else none. Replies the token
+-- (1 when not fencing), else 0. With fencing, the token is the largest of
+-- each name's next token (see nextToken), and every name takes it as its
+-- counter: larger than any earlier token of each name here. A refusal
+-- marks each holder met as waited for, so that its release publishes: it
+-- changes no name of its own. Readers of a name keep it out, as for
+-- acquire.
+local me = holderOf(ARGV[6], ARGV[1])
+if tonumber(ARGV[3]) ~= 1 then return 0 end
+if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
+local free, mine, counters = true, 0, {}
+for i = 1, #KEYS do
+  local found = redis.call('MGET', KEYS[i], KEYS[i] .. ':rh')
+  local holds, token, waited, holder = parse(found[1])
+  if holder == me then
+    mine = mine + 1
+  elseif holder then
+    if waited == '0' then redis.call('SET', KEYS[i], valueOf(holds, token, '1', holder), 'KEEPTTL') end
+    free = false
+  elseif found[1] then
+    counters[i] = counterOf(found[1])
+    if not counters[i] then free = false end -- a string of another form
+  elseif redis.call('EXISTS', KEYS[i]) == 1 then
+    free = false -- a key of another type
+  end
+  if free and not holder and found[2] and readersRefuseByName(KEYS[i], ARGV[1]) then free = false end
+end
+if mine == #KEYS then -- the same call, landed twice
+  if ARGV[4] == '0' then return 1 end
+  local _, token = parse(redis.call('GET', KEYS[1]))
+  return token
+end
+if not free or mine > 0 then return 0 end
+local tokens, token = {}, '0'
+for i = 1, #KEYS do tokens[i] = counters[i] or '0' end -- without fencing, kept as they are
+if ARGV[4] ~= '0' then
+  -- Every token first: a failure leaves nothing written.
+  for i = 1, #KEYS do
+    local t, err = nextToken(counters[i], ARGV[4], tonumber(ARGV[2]))
+    if not t then
+      return redis.error_reply('fencing counter ' .. counters[i] .. ' of ' .. KEYS[i] .. ' cannot be incremented: ' .. err)
+    end
+    if less(token, t) then token = t end
+  end
+  for i = 1, #KEYS do tokens[i] = token end
+end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], valueOf('1', tokens[i], '0', me), 'PX', ARGV[2])
+end
+if ARGV[4] == '0' then return 1 end
+return token
+
+--- multi_fence @value @tokens @multi
+-- Raises every name's counter to the token ARGV[3] where this Lock still
+-- holds them all here, so that every later token of each name is larger.
+if not heldAll(KEYS, ARGV[1], ARGV[6]) then return 0 end
+for i = 1, #KEYS do
+  local holds, token, waited, holder = parse(redis.call('GET', KEYS[i]))
+  if less(token, ARGV[3]) then redis.call('SET', KEYS[i], valueOf(holds, ARGV[3], waited, holder), 'KEEPTTL') end
+end
+return 1
+
+--- multi_extend @value @ttl @multi
+-- Sets a new TTL on every name, never a shorter one (see @ttl), only
+-- where this Lock holds them all here. Replies 1 where it did, else 0.
+if not heldAll(KEYS, ARGV[1], ARGV[6]) then return 0 end
+for i = 1, #KEYS do lengthen(KEYS[i], tonumber(ARGV[2])) end
+return 1
+
+--- multi_release @value @tokens @multi
+-- Frees every name this Lock holds here, as release frees one: each keeps
+-- the larger of its token and ARGV[4] as counter (deleted without one),
+-- and publishes the nonce on its own channel where an acquire waited for
+-- it. Where this Lock holds no name here, it leaves the marker as release
+-- does (ARGV[7] "1"); with ARGV[7] "2" it leaves it in any case. Replies
+-- 0 where it held none, 2 where a name was waited for, else 1.
+local me = holderOf(ARGV[6], ARGV[1])
+local freed, waitedFor = 0, false
+for i = 1, #KEYS do
+  local _, token, waited, holder = parse(redis.call('GET', KEYS[i]))
+  if holder == me then
+    if token == '0' then
+      redis.call('DEL', KEYS[i])
+    else
+      if less(token, ARGV[4]) then token = ARGV[4] end
+      redis.call('SET', KEYS[i], 'f:' .. token, 'KEEPTTL')
+    end
+    if waited == '1' then
+      redis.call('PUBLISH', KEYS[i], ARGV[6])
+      waitedFor = true
+    end
+    freed = freed + 1
+  end
+end
+-- A master out of memory refuses the marker's SET: a release there does
+-- without it.
+if ARGV[7] == '2' or ARGV[7] and freed == 0 then
+  redis.pcall('SET', KEYS[1] .. ':gone:' .. ARGV[6], '1', 'PX', ARGV[2])
+end
+if freed == 0 then return 0 end
+if waitedFor then return 2 end
+return 1
+
 --- @election
 -- Elections (package election). The election named n is the exclusive
 -- lock named n (KEYS[1], K), and K:eh (KEYS[2]), its history: a stream of

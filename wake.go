@@ -105,7 +105,12 @@ func (c *Client) newWaker(key string, all bool, since time.Time) *waker {
 // wakerOn is newWaker for the releases published on channel, the first
 // key of the Locks it waits for. c must be checked.
 func (c *Client) wakerOn(channel string, all bool, since time.Time) *waker {
-	ch := make(chan struct{}, 1)
+	return c.wakerInto(make(chan struct{}, 1), channel, all, since)
+}
+
+// wakerInto is wakerOn with ch, buffered, as the waker's channel: wakers
+// of several channels may share one.
+func (c *Client) wakerInto(ch chan struct{}, channel string, all bool, since time.Time) *waker {
 	k := &waker{c: ch, all: all, client: c, channel: channel}
 	ws := &c.watches
 	ws.mu.Lock()
@@ -151,7 +156,10 @@ func (c *Client) wakerOn(channel string, all bool, since time.Time) *waker {
 	if !since.IsZero() {
 		k.settled = !w.ready.IsZero() && w.ready.Before(since)
 		if slices.ContainsFunc(w.recent, func(r released) bool { return !r.last.Before(since) }) {
-			k.c <- struct{}{}
+			select { // a shared channel may be full already: it wakes all the same
+			case k.c <- struct{}{}:
+			default:
+			}
 		}
 	}
 	w.mu.Unlock()

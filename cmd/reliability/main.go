@@ -104,6 +104,9 @@ func (o outcome) ok() bool {
 		if f := o.rep.Fair; f != nil && f.Violations() > 0 {
 			return false
 		}
+		if m := o.rep.Multi; m != nil && m.Violations() > 0 {
+			return false
+		}
 		return r.Violations() == 0 && r.Rejected == 0 &&
 			(!o.sc.KeepsLock || r.Aborted == 0) && (!o.sc.LosesLock || r.Aborted > 0)
 	}
@@ -143,6 +146,9 @@ func (o outcome) violations() int {
 	}
 	if f := o.rep.Fair; f != nil {
 		n += f.Violations()
+	}
+	if m := o.rep.Multi; m != nil {
+		n += m.Violations()
 	}
 	return n
 }
@@ -200,7 +206,7 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "False rejections", "Verdict"}
 	p("| %s |\n", strings.Join(cols, " | "))
 	p("|%s\n", strings.Repeat("---|", len(cols)))
-	var elections, semaphores, fairs []outcome
+	var elections, semaphores, fairs, multis []outcome
 	for _, o := range results {
 		if o.sc.Config.Kind == nemesis.Election {
 			elections = append(elections, o)
@@ -212,6 +218,10 @@ counts (` + "`go test ./integration/nemesis`" + `).
 		}
 		if o.sc.Config.Kind == nemesis.Fair {
 			fairs = append(fairs, o)
+			continue
+		}
+		if o.sc.Config.Kind == nemesis.Multi {
+			multis = append(multis, o)
 			continue
 		}
 		kept := "kept"
@@ -246,6 +256,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 	if len(fairs) > 0 {
 		renderFair(w, fairs)
 	}
+	if len(multis) > 0 {
+		renderMulti(w, multis)
+	}
 
 	p("## Nemeses\n\n")
 	for _, o := range results {
@@ -269,6 +282,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 				}
 				if f := o.rep.Fair; f != nil {
 					found += "\n" + f.String()
+				}
+				if m := o.rep.Multi; m != nil {
+					found += "\n" + m.String()
 				}
 				p("\n\n  ```\n  %s\n  ```\n", strings.ReplaceAll(found, "\n", "\n  "))
 			}
@@ -406,6 +422,43 @@ rejections), the checker reports:
 			strings.Join(reports, " / "), e.Missed(), e.OutOfOrder(), o.verdict())
 	}
 	p("\n\"Campaigns\": `Campaign` calls; \"Availability\": the share that led within the lock timeout. \"Wrote\": leaderships whose write the counter accepted. \"Lapsed\": leaderships lost before the leader resigned. \"Takeovers\": leaderships that began while the leader before was stalled. \"Observer reports\": what each observer received.\n\n")
+}
+
+// renderMulti writes the table of the multi-resource lock's runs.
+func renderMulti(w io.Writer, results []outcome) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p(`## Multi-resource lock
+
+The multi-resource lock's runs (package ` + "`multi`" + `) use the same masters, proxies
+and nemeses. Two clients of three take random sets of two or more keys,
+listed in random order, as one lock (` + "`multi.Mutex.Acquire`" + `); the third takes
+one key at a time with a plain ` + "`mutex.Mutex`" + ` of the same name. A section
+reads the counter of each key it holds, holds, and writes each back
+incremented with the lock's token. Each key's history goes through the
+counter's checks (overlaps, lost updates, stale reads, linearizable,
+rejections), and the multi-resource checker reports **overlaps**: two
+sections, of either kind, that held one key at once.
+
+`)
+	cols := []string{"Nemesis", "Assumptions", "Clients", "Keys", "Lock calls", "Availability", "Sections", "Multi-resource", "Most keys", "Committed",
+		"Faults", "Overlaps", "With a plain lock", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Verdict"}
+	p("| %s |\n", strings.Join(cols, " | "))
+	p("|%s\n", strings.Repeat("---|", len(cols)))
+	for _, o := range results {
+		kept := "kept"
+		if !o.sc.Safe {
+			kept = "broken"
+		}
+		if o.err != nil {
+			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			continue
+		}
+		r, rep, m := o.rep.Result, o.rep, o.rep.Multi
+		p("| %s | %s | %d | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %s | %s |\n",
+			o.sc.Name, kept, rep.Config.Clients, rep.Config.Keys, rep.LockCalls, availability(rep), m.Sections, m.Multi, m.MostKeys, m.Committed,
+			rep.Faults, len(m.Overlaps), m.WithPlain, r.Miscounted(), len(r.StaleReads), r.Linearizable, rep.FencingColumn(), o.verdict())
+	}
+	p("\n\"Sections\": sections of either kind; \"Committed\": those whose every write the counters accepted. \"With a plain lock\": overlaps of a multi-resource section with a plain one.\n\n")
 }
 
 // availability returns the share of lock calls that got the lock.

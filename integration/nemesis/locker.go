@@ -44,6 +44,8 @@ func (k Kind) String() string {
 		return "semaphore.Semaphore"
 	case Fair:
 		return "mutex.Fair"
+	case Multi:
+		return "multi.Mutex"
 	}
 	return "mutex.Mutex"
 }

@@ -103,6 +103,12 @@ func TestSafeScenarios(t *testing.T) {
 				assert.Zero(t, f.Violations(), "fair lock order violations under %s:\n%v", sc.Name, f)
 				assert.Positive(t, f.Granted, "no fair waiter got the lock")
 			}
+			if m := rep.Multi; m != nil {
+				t.Logf("multi-resource: %v", m)
+				assert.Zero(t, m.Violations(), "multi-resource violations under %s:\n%v", sc.Name, m)
+				assert.Positive(t, m.Multi, "no multi-resource section")
+				assert.Greater(t, m.MostKeys, 2, "no section of 3 keys or more")
+			}
 			if c := sc.Config; c.Completed > 0 {
 				assert.LessOrEqual(t, r.Committed+r.Reads, c.Completed+c.Clients, "the load ends once Completed sections completed")
 				if sc.Name == "none" {

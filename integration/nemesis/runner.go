@@ -260,6 +260,9 @@ type Report struct {
 	// Takeovers are leaderships that began while the leader before was
 	// stalled (PauseLeader).
 	Takeovers int
+	// Multi is the multi-resource checker's findings, with Kind Multi;
+	// Result covers each key's history.
+	Multi *MultiResult
 }
 
 // FencingColumn says how many sections the resource stopped for a stale
@@ -287,6 +290,9 @@ func (r *Report) FencingColumn() string {
 // before the load starts until they saw its last leader end.
 func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) {
 	cfg.setDefaults()
+	if cfg.Kind == Multi {
+		return runMulti(ctx, cfg, nem)
+	}
 	elect := cfg.Kind == Election
 	if elect && cfg.Sentinel {
 		return nil, errors.New("nemesis: an election run has no Sentinel mode")

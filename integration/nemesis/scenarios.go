@@ -225,6 +225,7 @@ func Scenarios(s Scale) []Scenario {
 	all = append(all, electionScenarios(s, base(), holding())...)
 	all = append(all, semaphoreScenarios(s, base(), someLong(), lease(), holding())...)
 	all = append(all, fairScenarios(s, base())...)
+	all = append(all, multiScenarios(s, base())...)
 	for _, sc := range all {
 		if !sc.Safe {
 			sc.Description = "As " + sc.Name + ", with a resource that does not check fencing tokens."

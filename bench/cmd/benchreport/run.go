@@ -33,6 +33,7 @@ func suites(count int, benchtime string) []suite {
 		{"BenchmarkMasters", benchtime, count},
 		{"BenchmarkReplicated", benchtime, count},
 		{"BenchmarkSemaphore", benchtime, count},
+		{"BenchmarkMultiLock", benchtime, count},
 		// Failover latencies are percentiles within a run: a fixed number
 		// of failovers. A killed leader's takes a TTL (1s): fewer of them.
 		{"BenchmarkElectionFailover/how=resign", "200x", count},
