@@ -175,26 +175,12 @@ func fairScenarios(s Scale, base Config) []Scenario {
 		fair.Sections, fair.Completed, fair.Duration = 5000, 10000, 5*time.Minute
 	}
 	const as = " Each client queues for one lock (mutex.Fair, waiter TTL 1s): the checker requires grants in ticket order, leaving out tickets that were lost, and tickets that follow arrival."
-	return []Scenario{
+	all := []Scenario{
 		{
 			Name: "fair: none", Safe: true, Config: fair,
 			Nemesis:     None{},
 			Description: "No fault." + as,
 		},
-		{
-			Name: "fair: kill-minority", Safe: true, Config: fair,
-			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As kill-minority, with a fair lock." + as,
-		},
-		{
-			Name: "fair: cut-minority", Safe: true, Config: fair,
-			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As cut-minority, with a fair lock." + as,
-		},
-		{
-			Name: "fair: pause-minority", Safe: true, Config: fair,
-			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As pause-minority, with a fair lock." + as,
-		},
 	}
+	return append(all, minorityScenarios("fair", ", with a fair lock", fair, as)...)
 }

@@ -387,25 +387,11 @@ func multiScenarios(s Scale, base Config) []Scenario {
 	load.Kind, load.Keys = Multi, pick(3, 4)
 	load.Completed = pick(0, 10000)
 	const as = " Clients lock random sets of 2 or more keys, listed in random order, as one multi-resource lock (multi.Mutex); every third client locks one key at a time with a plain mutex.Mutex. A section reads, holds and writes back each key's counter."
-	return []Scenario{
+	all := []Scenario{
 		{
 			Name: "multi: none", Safe: true, Config: load, Nemesis: None{},
 			Description: "No fault." + as,
 		},
-		{
-			Name: "multi: kill-minority", Safe: true, Config: load,
-			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As kill-minority." + as,
-		},
-		{
-			Name: "multi: pause-minority", Safe: true, Config: load,
-			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As pause-minority." + as,
-		},
-		{
-			Name: "multi: cut-minority", Safe: true, Config: load,
-			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As cut-minority." + as,
-		},
 	}
+	return append(all, minorityScenarios("multi", "", load, as)...)
 }

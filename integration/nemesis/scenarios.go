@@ -251,6 +251,20 @@ var describeKind = map[Kind]string{
 	ReadWrite: ": a third of the sections take the write lock and write, the others share the read lock and only read; every read must see the last write.",
 }
 
+// minorityScenarios are kill-, pause- and cut-minority, as the locks'
+// runs of those names, on a recipe's load: "recipe: kill-minority" and
+// so on. under tells the recipe in the description, as its load.
+func minorityScenarios(recipe, under string, load Config, as string) []Scenario {
+	sc := func(name string, n Nemesis) Scenario {
+		return Scenario{Name: recipe + ": " + name, Safe: true, Config: load, Nemesis: n, Description: "As " + name + under + "." + as}
+	}
+	return []Scenario{
+		sc("kill-minority", KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond}),
+		sc("pause-minority", PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond}),
+		sc("cut-minority", CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond}),
+	}
+}
+
 // electionScenarios are the election's runs (Kind Election): each client
 // is a candidate, and each leadership a section fenced by its epoch.
 // base and holding are Scenarios' loads.
@@ -292,22 +306,7 @@ func electionScenarios(s Scale, base, holding Config) []Scenario {
 	// What bounds the full runs, which 10,000 leaderships may not reach:
 	// leaderships come one at a time, and each waits for the one before.
 	const full = " Full runs end after 10,000 leaderships wrote or 5 minutes (cmd/reliability gives a run 6): leaderships come one at a time, each a Resign, a wake and a Campaign after the last (about 25ms on local masters), so a nemesis that slows quorum rounds leaves fewer."
-	return []Scenario{
-		{
-			Name: "election: kill-minority", Safe: true, Config: elect,
-			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As kill-minority, under an election." + as + full,
-		},
-		{
-			Name: "election: pause-minority", Safe: true, Config: elect,
-			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As pause-minority, under an election." + as + full,
-		},
-		{
-			Name: "election: cut-minority", Safe: true, Config: elect,
-			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As cut-minority, under an election." + as + full,
-		},
+	all := []Scenario{
 		{
 			Name: "election: restart-delayed", Safe: true, Config: someLong,
 			Nemesis: RestartHolders{PreKill: 2, Count: 2, Delay: 2300 * time.Millisecond, Up: dur(300*time.Millisecond, 3*time.Second)},
@@ -327,4 +326,5 @@ func electionScenarios(s Scale, base, holding Config) []Scenario {
 			Description: "As restart-no-delay, fresh clients, under an election: each campaign goes through a new redlock.Client, so the 4 masters that come back empty under a leader count at once, and a second candidate leads. Breaks the persistence assumption.",
 		},
 	}
+	return append(all, minorityScenarios("election", ", under an election", elect, as+full)...)
 }

@@ -191,30 +191,15 @@ func semaphoreScenarios(s Scale, base, someLong, lease, holding Config) []Scenar
 
 	const as = " Semaphore of capacity 3 (package semaphore): each client acquires a permit, reads the counter of the permit's slot, holds, writes it back with the permit's token as fencing token, and releases."
 	const full = " Full runs end after 10,000 sections or 5 minutes."
-	return []Scenario{
+	all := []Scenario{
 		{
 			Name: "semaphore: none", Safe: true, Config: load, Nemesis: None{},
 			Description: "No fault." + as + full,
 		},
 		{
-			Name: "semaphore: kill-minority", Safe: true, Config: load,
-			Nemesis:     KillMinority{Count: 2, Down: 1300 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As kill-minority, under a semaphore." + as + full,
-		},
-		{
-			Name: "semaphore: cut-minority", Safe: true, Config: load,
-			Nemesis:     CutMinority{Count: 2, Cut: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As cut-minority, under a semaphore." + as + full,
-		},
-		{
-			Name: "semaphore: pause-minority", Safe: true, Config: load,
-			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As pause-minority, under a semaphore." + as + full,
-		},
-		{
 			Name: "semaphore: mixed capacities", Safe: true, Config: mixed,
 			Nemesis:     PauseMinority{Count: 2, Pause: 400 * time.Millisecond, Up: 300 * time.Millisecond},
-			Description: "As semaphore: pause-minority, with a third of the acquires given capacity 2: at any instant the permits held number at most the largest capacity given by one of them." + full,
+			Description: "As semaphore: pause-minority, with a third of the acquires given capacity 2: for every capacity c, the permits held that were given c or less number at most c at any instant." + full,
 		},
 		{
 			Name: "semaphore: restart-delayed", Safe: true, Config: long,
@@ -234,6 +219,7 @@ func semaphoreScenarios(s Scale, base, someLong, lease, holding Config) []Scenar
 			Description: "As skew-one, under a semaphore: permits use their whole lease." + as + full,
 		},
 	}
+	return append(all, minorityScenarios("semaphore", ", under a semaphore", load, as+full)...)
 }
 
 // permitsOf joins the workers' permits.
