@@ -16,9 +16,7 @@ package multi
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -29,10 +27,7 @@ import (
 )
 
 // What package redlock lends this package.
-var (
-	hooks = link.Get[*redlock.Client, *redlock.Lock]()
-	locks = link.GetMulti[*redlock.Client, *redlock.Lock]()
-)
+var locks = link.GetMulti[*redlock.Client, *redlock.Lock]()
 
 // Options configure a Mutex. The zero value of each field selects its
 // default. New names the first invalid one.
@@ -159,71 +154,10 @@ func (m *Mutex) Acquire(ctx context.Context) (*redlock.Lock, error) {
 
 // acquire is Acquire once its input is checked.
 func (m *Mutex) acquire(ctx context.Context) (*redlock.Lock, error) {
-	c := m.client
-	start := time.Now()
-	stalled := false // an episode of attempts that reach no quorum is told once
-	var got *redlock.Lock
-	kept := false
-	defer func() {
-		if got != nil && !kept { // an Observer panicked: nobody would release it
-			defer func() { _ = recover() }() // the first panic goes on
-			_ = got.Release(context.WithoutCancel(ctx))
-		}
-	}()
-	try := func() (*redlock.Lock, error) {
-		l, err := locks.AcquireMulti(ctx, c, m.names, m.opts.TTL)
-		got = l
-		stalled = hooks.ObserveAttempt(ctx, c, m.label, err, stalled)
-		return l, err
-	}
-	tried := time.Now()
-	l, err := try()
-	if retryable(ctx, err) {
-		l, err = m.wait(ctx, try, tried, err)
-		hooks.ObserveWait(ctx, c, m.label, time.Since(start), l, err)
-	}
-	if err != nil {
-		return nil, ctxErr(ctx, err)
-	}
-	if m.opts.AutoRenew {
-		l.AutoRenew()
-	}
-	kept = true
-	return l, nil
-}
-
-// wait is Acquire after its first attempt, which started at tried and
-// failed with err.
-func (m *Mutex) wait(ctx context.Context, try func() (*redlock.Lock, error), tried time.Time, err error) (*redlock.Lock, error) {
-	waker := locks.NewWaker(m.client, m.names, tried)
-	got := false
-	defer func() {
-		if got {
-			waker.Close()
-		} else {
-			waker.GiveUp()
-		}
-	}()
-	delay := m.opts.MinRetryDelay
-	for again := !waker.Settled(); ; again = true {
-		if again {
-			var l *redlock.Lock
-			if l, err = try(); !retryable(ctx, err) {
-				got = err == nil
-				return l, ctxErr(ctx, err)
-			}
-		}
-		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-waker.Wake():
-		case <-timer.C:
-			delay = min(2*delay, m.opts.MaxRetryDelay)
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctxErr(ctx, err)
-		}
-		timer.Stop()
-	}
+	waker := func(since time.Time) link.Waker { return locks.NewWaker(m.client, m.names, since) }
+	return retry.Acquire(ctx, m.client, m.label, m.opts, waker, func(ctx context.Context) (*redlock.Lock, error) {
+		return locks.AcquireMulti(ctx, m.client, m.names, m.opts.TTL)
+	})
 }
 
 // Do runs fn while every name is held, renewed automatically. It blocks
@@ -248,18 +182,4 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context, l *redlock.
 	}
 	l.AutoRenew()
 	return retry.Run(ctx, l, m.opts.TTL/retry.MarginDivisor, m.opts.TTL, fn, l.Release)
-}
-
-// ctxErr makes err, an attempt's error, match ctx.Err() if ctx has ended.
-func ctxErr(ctx context.Context, err error) error {
-	if end := ctx.Err(); err != nil && end != nil && !errors.Is(err, end) {
-		return fmt.Errorf("%w; gave up waiting: %w", err, end)
-	}
-	return err
-}
-
-// retryable reports whether a failed attempt is worth another: too few
-// masters granted every name, and ctx has not ended.
-func retryable(ctx context.Context, err error) bool {
-	return err != nil && errors.Is(err, redlock.ErrNotObtained) && ctx.Err() == nil
 }

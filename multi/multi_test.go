@@ -25,7 +25,7 @@ import (
 // and fails the run if the tests leave goroutines behind.
 func TestMain(m *testing.M) { os.Exit(exampletest.Main(m)) }
 
-const masterTimeout = 100 * time.Millisecond
+const masterTimeout = 200 * time.Millisecond // a race build on a busy machine misses 100ms
 
 // own starts five masters for a test, and n clients on them.
 func own(t *testing.T, n int) (*harness.Cluster, []*redlock.Client) {
@@ -89,7 +89,8 @@ func assertFree(t *testing.T, c *harness.Cluster, keys ...string) {
 			if strings.Contains(k, "}:gone:") {
 				ttl, err := c.Admin(i).PTTL(t.Context(), k).Result()
 				require.NoError(t, err)
-				assert.Greater(t, ttl, time.Duration(0), "master %d: marker %s expires", i, k)
+				// -2: it expired since the scan; -1 would be a marker kept for ever.
+				assert.True(t, ttl > 0 || ttl == -2, "master %d: marker %s expires (PTTL %v)", i, k, ttl)
 				continue
 			}
 			if !assert.Contains(t, keys, k, "master %d: a key besides the names'", i) {
@@ -291,23 +292,30 @@ func TestExtendTogether(t *testing.T) {
 	c, clients := own(t, 1)
 	client := clients[0]
 	ctx := t.Context()
-	const ttl = 500 * time.Millisecond
+	const ttl = 4 * masterTimeout // the least a fenced lock takes
 	m := newMulti(t, client, []string{"x", "y", "z"}, &multi.Options{TTL: ttl})
 	l, err := m.TryAcquire(ctx)
 	require.NoError(t, err)
 	require.NoError(t, c.Admin(0).Del(ctx, "{y}").Err()) // master 0 lost y
 	require.NoError(t, l.Extend(ctx, 10*time.Second))
+	// The extend is decided once a quorum agreed: a fourth master's call
+	// may still be on its way, or withdrawn.
+	extended := 0
 	for i := range c.Masters {
+		both := true
 		for _, k := range []string{"{x}", "{z}"} {
 			left, err := c.Admin(i).PTTL(ctx, k).Result()
 			require.NoError(t, err)
 			if i == 0 {
 				assert.LessOrEqual(t, left, ttl, "master %d, %s: extended without y", i, k)
-			} else {
-				assert.Greater(t, left, ttl, "master %d, %s", i, k)
 			}
+			both = both && left > ttl
+		}
+		if i > 0 && both {
+			extended++
 		}
 	}
+	assert.GreaterOrEqual(t, extended, len(c.Masters)/2+1, "masters that extended x and z")
 	require.NoError(t, l.Release(ctx))
 
 	plain, err := client.Acquire(ctx, "p", ttl)

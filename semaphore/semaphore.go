@@ -31,10 +31,7 @@ import (
 )
 
 // What package redlock lends this package.
-var (
-	hooks   = link.Get[*redlock.Client, *redlock.Lock]()
-	permits = link.GetSemaphores[*redlock.Client, *redlock.Lock]()
-)
+var permits = link.GetSemaphores[*redlock.Client, *redlock.Lock]()
 
 // Options configure a Semaphore. The zero value of each field selects
 // its default. New names the first invalid one.
@@ -136,38 +133,10 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 	if err := s.check(ctx, "Acquire", capacity); err != nil {
 		return nil, err
 	}
-	c := s.client
-	start := time.Now()
-	stalled := false // an episode of attempts that reach no quorum is told once
-	var got *redlock.Lock
-	kept := false
-	defer func() {
-		if got != nil && !kept { // an Observer panicked: nobody would release it
-			defer func() { _ = recover() }() // the first panic goes on
-			_ = got.Release(context.WithoutCancel(ctx))
-		}
-	}()
-	try := func(ctx context.Context) (*redlock.Lock, error) {
-		l, err := s.attempt(ctx, capacity)
-		got = l
-		stalled = hooks.ObserveAttempt(ctx, c, s.name, err, stalled)
-		return l, err
-	}
-	tried := time.Now()
-	l, err := try(ctx)
-	if retry.Retryable(ctx, err) {
-		waker := permits.NewWaker(s.client, s.name, tried)
-		l, err = retry.Until(ctx, waker, s.opts, try, err)
-		hooks.ObserveWait(ctx, c, s.name, time.Since(start), l, err)
-	}
-	if err != nil {
-		return nil, retry.CtxErr(ctx, err)
-	}
-	if s.opts.AutoRenew {
-		l.AutoRenew()
-	}
-	kept = true
-	return l, nil
+	waker := func(since time.Time) link.Waker { return permits.NewWaker(s.client, s.name, since) }
+	return retry.Acquire(ctx, s.client, s.name, s.opts, waker, func(ctx context.Context) (*redlock.Lock, error) {
+		return s.attempt(ctx, capacity)
+	})
 }
 
 // attempt tries the slots below capacity in turn, from one at random,

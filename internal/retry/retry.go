@@ -204,3 +204,44 @@ func CtxErr(ctx context.Context, err error) error {
 func Retryable(ctx context.Context, err error) bool {
 	return err != nil && errors.Is(err, redlock.ErrNotObtained) && !errors.Is(err, redlock.ErrUpgrade) && ctx.Err() == nil
 }
+
+// Acquire calls attempt until it gets a lock, fails for a reason waiting
+// cannot mend, or ctx ends. After a failed first attempt it waits on the
+// Waker that waker makes, for the releases since that attempt began.
+// label names the lock to the client's Observer: each episode of attempts
+// that reach no quorum is told once, and so is a wait. With
+// opts.AutoRenew the lock is renewed from then on. A lock got when an
+// Observer panics is released: nobody else would.
+func Acquire(ctx context.Context, c *redlock.Client, label string, opts Options,
+	waker func(since time.Time) link.Waker, attempt func(context.Context) (*redlock.Lock, error)) (*redlock.Lock, error) {
+	start := time.Now()
+	stalled := false
+	var got *redlock.Lock
+	kept := false
+	defer func() {
+		if got != nil && !kept {
+			defer func() { _ = recover() }() // the first panic goes on
+			_ = got.Release(context.WithoutCancel(ctx))
+		}
+	}()
+	try := func(ctx context.Context) (*redlock.Lock, error) {
+		l, err := attempt(ctx)
+		got = l
+		stalled = hooks.ObserveAttempt(ctx, c, label, err, stalled)
+		return l, err
+	}
+	tried := time.Now()
+	l, err := try(ctx)
+	if Retryable(ctx, err) {
+		l, err = Until(ctx, waker(tried), opts, try, err)
+		hooks.ObserveWait(ctx, c, label, time.Since(start), l, err)
+	}
+	if err != nil {
+		return nil, CtxErr(ctx, err)
+	}
+	if opts.AutoRenew {
+		l.AutoRenew()
+	}
+	kept = true
+	return l, nil
+}
