@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 )
 
 // renderFair writes the table of the fair lock's runs.
@@ -29,15 +28,11 @@ Lost tickets are left out of the order: their place was not kept.
 `)
 	cols := []string{"Nemesis", "Assumptions", "Clients", "Lock calls", "Availability", "Waiters", "Granted", "Tickets lost", "Faults",
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Passed", "Arrivals out of order", "Verdict"}
-	p("| %s |\n", strings.Join(cols, " | "))
-	p("|%s\n", strings.Repeat("---|", len(cols)))
+	header(w, cols)
 	for _, o := range results {
-		kept := "kept"
-		if !o.sc.Safe {
-			kept = "broken"
-		}
+		kept := o.assumptions()
 		if o.err != nil || o.rep.Fair == nil {
-			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			failedRow(w, o, len(cols))
 			continue
 		}
 		r, rep, f := o.rep.Result, o.rep, o.rep.Fair

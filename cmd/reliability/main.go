@@ -204,8 +204,7 @@ counts (` + "`go test ./integration/nemesis`" + `).
 	p("## Results\n\n")
 	cols := []string{"Nemesis", "Assumptions", "Clients", "Keys", "Lock calls", "Availability", "Sections committed", "Locks lost", "Faults",
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "False rejections", "Verdict"}
-	p("| %s |\n", strings.Join(cols, " | "))
-	p("|%s\n", strings.Repeat("---|", len(cols)))
+	header(w, cols)
 	var elections, semaphores, fairs, multis []outcome
 	for _, o := range results {
 		if o.sc.Config.Kind == nemesis.Election {
@@ -224,12 +223,9 @@ counts (` + "`go test ./integration/nemesis`" + `).
 			multis = append(multis, o)
 			continue
 		}
-		kept := "kept"
-		if !o.sc.Safe {
-			kept = "broken"
-		}
+		kept := o.assumptions()
 		if o.err != nil {
-			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			failedRow(w, o, len(cols))
 			continue
 		}
 		r, rep := o.rep.Result, o.rep
@@ -396,15 +392,11 @@ rejections), the checker reports:
 	cols := []string{"Nemesis", "Assumptions", "Candidates", "Campaigns", "Availability", "Leaderships", "Wrote", "Lapsed", "Takeovers", "Faults",
 		"Overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Epoch inversions", "Done past validity", "Min margin",
 		"Observer reports", "Missed leaders", "Out of order", "Verdict"}
-	p("| %s |\n", strings.Join(cols, " | "))
-	p("|%s\n", strings.Repeat("---|", len(cols)))
+	header(w, cols)
 	for _, o := range results {
-		kept := "kept"
-		if !o.sc.Safe {
-			kept = "broken"
-		}
+		kept := o.assumptions()
 		if o.err != nil {
-			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			failedRow(w, o, len(cols))
 			continue
 		}
 		r, rep, e := o.rep.Result, o.rep, o.rep.Election
@@ -442,15 +434,11 @@ sections, of either kind, that held one key at once.
 `)
 	cols := []string{"Nemesis", "Assumptions", "Clients", "Keys", "Lock calls", "Availability", "Sections", "Multi-resource", "Most keys", "Committed",
 		"Faults", "Overlaps", "With a plain lock", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Verdict"}
-	p("| %s |\n", strings.Join(cols, " | "))
-	p("|%s\n", strings.Repeat("---|", len(cols)))
+	header(w, cols)
 	for _, o := range results {
-		kept := "kept"
-		if !o.sc.Safe {
-			kept = "broken"
-		}
+		kept := o.assumptions()
 		if o.err != nil {
-			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			failedRow(w, o, len(cols))
 			continue
 		}
 		r, rep, m := o.rep.Result, o.rep, o.rep.Multi
@@ -459,6 +447,25 @@ sections, of either kind, that held one key at once.
 			rep.Faults, len(m.Overlaps), m.WithPlain, r.Miscounted(), len(r.StaleReads), r.Linearizable, rep.FencingColumn(), o.verdict())
 	}
 	p("\n\"Sections\": sections of either kind; \"Committed\": those whose every write the counters accepted. \"With a plain lock\": overlaps of a multi-resource section with a plain one.\n\n")
+}
+
+// header writes a table's header rows for cols.
+func header(w io.Writer, cols []string) {
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+}
+
+// assumptions tells whether the scenario keeps Redlock's assumptions.
+func (o outcome) assumptions() string {
+	if o.sc.Safe {
+		return "kept"
+	}
+	return "broken"
+}
+
+// failedRow writes the row of a run that ended in an error: its name,
+// assumptions and verdict, in a table of cols columns.
+func failedRow(w io.Writer, o outcome, cols int) {
+	fmt.Fprintf(w, "| %s | %s |%s %s |\n", o.sc.Name, o.assumptions(), strings.Repeat(" |", cols-3), o.verdict())
 }
 
 // availability returns the share of lock calls that got the lock.

@@ -40,15 +40,11 @@ a slot overlap or a lost update: any one is the broken assumption caught.
 `)
 	cols := []string{"Nemesis", "Assumptions", "Clients", "Capacities", "Acquires", "Availability", "Permits", "Most held", "Slot unknown", "Locks lost", "Faults",
 		"Crowds", "Token inversions", "Slot overlaps", "Lost updates", "Stale reads", "Linearizable", "Stale writes rejected", "Verdict"}
-	p("| %s |\n", strings.Join(cols, " | "))
-	p("|%s\n", strings.Repeat("---|", len(cols)))
+	header(w, cols)
 	for _, o := range results {
-		kept := "kept"
-		if !o.sc.Safe {
-			kept = "broken"
-		}
+		kept := o.assumptions()
 		if o.err != nil {
-			p("| %s | %s |%s %s |\n", o.sc.Name, kept, strings.Repeat(" |", len(cols)-3), o.verdict())
+			failedRow(w, o, len(cols))
 			continue
 		}
 		r, rep, s := o.rep.Result, o.rep, o.rep.Semaphore
