@@ -499,3 +499,49 @@ func TestNamesCopy(t *testing.T) {
 	assert.Equal(t, "a,b", l.Key())
 	require.NoError(t, l.Release(t.Context()))
 }
+
+// A name lost on a quorum of masters (deleted there) loses the whole
+// Lock: Extend fails with ErrNotHeld, Done closes and Err says why. The
+// other names are left to expire, never re-created.
+func TestLossOfOneName(t *testing.T) {
+	c, clients := own(t, 1)
+	ctx := t.Context()
+	l, err := newMulti(t, clients[0], []string{"a", "b"}, nil).TryAcquire(ctx)
+	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, c.Admin(i).Del(ctx, "{b}").Err())
+	}
+	require.ErrorIs(t, l.Extend(ctx, 5*time.Second), redlock.ErrNotHeld)
+	select {
+	case <-l.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Done did not close")
+	}
+	require.ErrorIs(t, l.Err(), redlock.ErrNotHeld)
+	for i := range 3 {
+		n, err := c.Admin(i).Exists(ctx, "{b}").Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "master %d: b re-created", i)
+	}
+	_ = l.Release(ctx)
+}
+
+// On a redis.Ring master, which routes a call by its first key's hash
+// tag, names under two tags are refused at New, naming both; names
+// under one tag are taken on one shard and released.
+func TestRingTags(t *testing.T) {
+	c := harness.NewProcessCluster(t, 2, harness.ProcessOptions{})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s0": c.Masters[0].Addr(), "s1": c.Masters[1].Addr()}})
+	t.Cleanup(func() { _ = ring.Close() })
+	client, err := redlock.New([]*redis.Ring{ring}, &redlock.Options{MasterTimeout: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	_, err = multi.New(client, []string{"a", "b"}, nil)
+	require.ErrorIs(t, err, redlock.ErrInvalidArgument)
+	assert.ErrorContains(t, err, `names "a" and "b" hash to different tags`)
+	l, err := newMulti(t, client, []string{"{t}b", "{t}a"}, nil).TryAcquire(t.Context())
+	require.NoError(t, err)
+	_, err = client.Acquire(t.Context(), "{t}b", 4*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, l.Release(t.Context()))
+}
