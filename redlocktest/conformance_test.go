@@ -188,7 +188,8 @@ var suite = []struct {
 		clients, _ := b(t, 3)
 		ctx := t.Context()
 		opts := &mutex.FairOptions{TTL: 10 * time.Second, WaiterTTL: 3 * time.Second}
-		f, err := mutex.NewFair(newClient(t, clients), "job", opts)
+		c := newClient(t, clients)
+		f, err := mutex.NewFair(c, "job", opts)
 		require.NoError(t, err)
 		holder, err := f.Lock(ctx)
 		require.NoError(t, err)
@@ -222,6 +223,8 @@ var suite = []struct {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the next ticket never got the lock")
 		}
+		// A release is decided at a quorum: Close waits for the last call.
+		require.NoError(t, c.Close())
 		assert.Empty(t, leftKeys(t, clients))
 	}},
 	{"killed and restarted masters", func(t *testing.T, b backend) {
