@@ -119,6 +119,12 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 		}
 	}
 	l := &Lock{lockID: lockID{client: c, mode: m, key: key, value: owner, nonce: nonce, keys: pipeline.NewKeys(m.keys(c.prefix, key)...), writeWait: x.writeWait, capacity: x.capacity, queued: x.queued}, ttl: ttl}
+	return c.takeNew(ctx, l)
+}
+
+// takeNew runs a new Lock's first acquire round, with l locked. An
+// Observer's panic releases what was taken: nobody else would.
+func (c *Client) takeNew(ctx context.Context, l *Lock) (*Lock, error) {
 	if c.observer != nil {
 		l.origin = context.WithoutCancel(ctx)
 	}
@@ -127,11 +133,11 @@ func (c *Client) acquire(ctx context.Context, m *mode, key, owner, nonce string,
 	defer l.mu.Unlock()
 	returned := false
 	defer func() {
-		if !returned { // a panic (an Observer's, say): nobody would release it
+		if !returned {
 			l.releaseAfterPanic(ctx)
 		}
 	}()
-	err = l.take(ctx, 1)
+	err := l.take(ctx, 1)
 	returned = true
 	if err != nil {
 		return nil, err

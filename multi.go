@@ -71,24 +71,7 @@ func (multiLocks) AcquireMulti(ctx context.Context, c *Client, names []string, t
 	}
 	l := &Lock{lockID: lockID{client: c, mode: multiMode, key: strings.Join(sorted, ","), value: value, nonce: c.nonce(value),
 		keys: pipeline.NewKeys(keys...), names: sorted}, ttl: ttl}
-	if c.observer != nil {
-		l.origin = context.WithoutCancel(ctx)
-	}
-	l.box()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	returned := false
-	defer func() {
-		if !returned { // a panic (an Observer's, say): nobody would release it
-			l.releaseAfterPanic(ctx)
-		}
-	}()
-	err = l.take(ctx, 1)
-	returned = true
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
+	return c.takeNew(ctx, l)
 }
 
 func (multiLocks) Names(l *Lock) []string {
