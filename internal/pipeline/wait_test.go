@@ -59,6 +59,16 @@ func startReplicated(t *testing.T) (*Pipeline, harness.Master) {
 	poll(t, 10*time.Second, "replicated", func() bool {
 		return replicas.Admin(0).Get(ctx, "marker").Val() == "1"
 	})
+	// ROLE lists a replica only once the master saw it online, which
+	// can come after the replica has the data on a busy machine.
+	poll(t, 10*time.Second, "listed by ROLE", func() bool {
+		v, err := admin.Do(ctx, "ROLE").Slice()
+		if err != nil || len(v) < 3 {
+			return false
+		}
+		listed, _ := v[2].([]any)
+		return len(listed) == 1
+	})
 	r := replicas.Masters[0]
 	t.Cleanup(func() { _ = r.Resume(context.Background()) })
 	return p, r
