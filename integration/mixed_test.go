@@ -35,7 +35,7 @@ func TestExclusiveLocksWaitForReadersOfTheSameName(t *testing.T) {
 	_, err = c.AcquireAs(ctx, "k", "reader", 10*time.Second)
 	assert.ErrorIs(t, err, redlock.ErrUpgrade, "AcquireAs by the reader")
 	require.NoError(t, r.Release(ctx))
-	assertEmpty(t, cl) // the last reader's release leaves no mark
+	waitEmpty(t, cl) // the last reader's release leaves no mark
 	x, err := c.Acquire(ctx, "k", 10*time.Second)
 	require.NoError(t, err, "Acquire once the reader released")
 	_, err = c.AcquireRead(ctx, "k", "reader", 10*time.Second)
