@@ -22,13 +22,16 @@ import (
 	"github.com/go-redlock/redlock/mutex"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, toxiproxyRemoveToxicLeak) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, toxiproxyLeaks...) }
 
-// toxiproxyRemoveToxicLeak ignores a goroutine that toxiproxy v2.5.0 leaks
-// (not ours): when a toxic is removed while a connection closes, the noop
-// toxic it starts blocks for ever sending to the closed link's output
-// (toxics/noop.go, link.go RemoveToxic).
-var toxiproxyRemoveToxicLeak = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe")
+// toxiproxyLeaks ignores goroutines that toxiproxy v2.5.0 leaks (not ours):
+// when a toxic is removed while a connection closes, the noop toxic it
+// starts blocks for ever sending to the closed link's output, and the
+// link's reader blocks behind it, sending to a stub nobody drains.
+var toxiproxyLeaks = []goleak.Option{
+	goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"),
+	goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/stream.(*ChanWriter).Write"),
+}
 
 // newClient returns a redlock client on the cluster's masters, closed (after
 // its background calls end) when the test ends. Without options its
