@@ -106,6 +106,12 @@ func (m *Mutex) Names() []string {
 // any other Lock. l.Token() is the fencing token of each of them.
 func Names(l *redlock.Lock) []string { return locks.Names(l) }
 
+// Held returns the names that masters found held by another lock, as
+// reported in err, an error of TryAcquire, Acquire or Do: sorted, each
+// once; nil if none was. A master names the first of its names it finds
+// held, so a name held after it there goes unreported.
+func Held(err error) []string { return locks.Held(err) }
+
 // check refuses a Mutex not made by New and a nil or ended context,
 // before any I/O. op names the call.
 func (m *Mutex) check(ctx context.Context, op string) error {
@@ -122,9 +128,9 @@ func (m *Mutex) check(ctx context.Context, op string) error {
 
 // TryAcquire makes one attempt at every name. It returns the Lock, or an
 // error wrapping redlock.ErrNotObtained if too few masters found every
-// name free (the attempt is undone on every master). It blocks for one
-// quorum round. With Options.AutoRenew the Lock is renewed until
-// released.
+// name free (the attempt is undone on every master); Held tells which
+// names they found held. It blocks for one quorum round. With
+// Options.AutoRenew the Lock is renewed until released.
 func (m *Mutex) TryAcquire(ctx context.Context) (*redlock.Lock, error) {
 	if err := m.check(ctx, "TryAcquire"); err != nil {
 		return nil, err

@@ -26,6 +26,10 @@ type Multi[C, L any] interface {
 	// another Lock.
 	Names(l L) []string
 
+	// Held returns the names that err's masters found held, where err
+	// is an acquire's, sorted, each once; nil if none.
+	Held(err error) []string
+
 	// NewWaker watches the releases of each name on client: every one
 	// wakes it. A release seen at or after since (zero: none) wakes it at
 	// once.
