@@ -70,7 +70,7 @@ func (multiLocks) AcquireMulti(ctx context.Context, c *Client, names []string, t
 	for i, n := range sorted {
 		keys[i] = lockKey(c.prefix + n)
 	}
-	l := &Lock{lockID: lockID{client: c, mode: multiMode, key: strings.Join(sorted, ","), value: value, nonce: c.nonce(value),
+	l := &Lock{lockID: lockID{client: c, mode: multiMode, key: link.MultiKey(sorted), value: value, nonce: c.nonce(value),
 		keys: pipeline.NewKeys(keys...), names: sorted}, ttl: ttl}
 	return c.takeNew(ctx, l)
 }

@@ -17,7 +17,6 @@ package multi
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-redlock/redlock"
@@ -86,7 +85,7 @@ func New(client *redlock.Client, names []string, opts *Options) (*Mutex, error) 
 	if opts == nil {
 		opts = &Options{}
 	}
-	label := strings.Join(sorted, ",")
+	label := link.MultiKey(sorted)
 	o, err := retry.Options(*opts).Check(client, label, "multi.Options")
 	if err != nil {
 		return nil, err
@@ -103,7 +102,9 @@ func (m *Mutex) Names() []string {
 }
 
 // Names returns the names of l, a multi-resource lock, sorted; nil for
-// any other Lock. l.Token() is the fencing token of each of them.
+// any other Lock. l.Token() is the fencing token of each of them. l.Key()
+// joins them with commas for errors and events, quoting a name that holds
+// a comma or starts with a double quote: Names tells them as they are.
 func Names(l *redlock.Lock) []string { return locks.Names(l) }
 
 // Held returns the names that masters found held by another lock, as

@@ -562,6 +562,27 @@ func TestNamesCopy(t *testing.T) {
 	require.NoError(t, l.Release(t.Context()))
 }
 
+// A name may hold a comma: its Lock's Key quotes it, so that the Lock of
+// the one name "a,b" and the Lock of names a and b, both held at once,
+// report different keys. Names tells the names as they are.
+func TestKeyOfANameWithAComma(t *testing.T) {
+	_, clients := own(t, 1)
+	ctx := t.Context()
+	one, err := newMulti(t, clients[0], []string{"a,b"}, nil).TryAcquire(ctx)
+	require.NoError(t, err)
+	two, err := newMulti(t, clients[0], []string{"b", "a"}, nil).TryAcquire(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, `"a,b"`, one.Key())
+	assert.Equal(t, "a,b", two.Key())
+	assert.Equal(t, []string{"a,b"}, multi.Names(one))
+	assert.Equal(t, []string{"a", "b"}, multi.Names(two))
+	_, err = newMulti(t, clients[0], []string{"c", "a,b"}, nil).TryAcquire(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), `acquire "\"a,b\",c": `)
+	require.NoError(t, one.Release(ctx))
+	require.NoError(t, two.Release(ctx))
+}
+
 // A name lost on a quorum of masters (deleted there) loses the whole
 // Lock: Extend fails with ErrNotHeld, Done closes and Err says why. The
 // other names are left to expire, never re-created.
