@@ -180,6 +180,7 @@ func (l *Lock) take(ctx context.Context, holds int) error {
 	}}
 	if holds == 1 {
 		o.refused = ErrHeldElsewhere // a new lock's refusal; a re-entry's is ErrNotHeld
+		o.names = l.names
 		o.Send.Unsent = &l.unsent
 		if m.fenced && c.fencing {
 			// A token must be larger than every earlier lock's. A late

@@ -64,6 +64,15 @@ func (silentError) Error() string { return "redlock: master silent: not asked, o
 // Is matches ErrNoReply: a silent master gave the round no reply.
 func (silentError) Is(target error) bool { return target == ErrNoReply }
 
+// heldError is a master's refusal of a multi-resource lock that found
+// name held. It matches ErrHeldElsewhere and names the name, once.
+type heldError struct{ name string }
+
+func (e heldError) Error() string { return "redlock: " + quote(e.name) + " held by another owner" }
+
+// Is matches ErrHeldElsewhere: %w would repeat its text.
+func (heldError) Is(target error) bool { return target == ErrHeldElsewhere }
+
 // MasterResult is one master's part in a quorum round.
 type MasterResult struct {
 	Master  string        // the master's address, or "master<i>" when unknown
@@ -204,7 +213,8 @@ func checkContext(ctx context.Context, op string) error {
 // isRefusal reports whether a master's error in a QuorumError says it
 // answered no, as opposed to giving no usable answer.
 func isRefusal(err error) bool {
-	return err == ErrNotHeld || err == ErrHeldElsewhere || err == ErrUpgrade
+	_, held := err.(heldError)
+	return held || err == ErrNotHeld || err == ErrHeldElsewhere || err == ErrUpgrade
 }
 
 // isUncounted reports whether a master's error says it agreed, but its

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ func (multiLocks) AcquireMulti(ctx context.Context, c *Client, names []string, t
 	for i, n := range sorted {
 		keys[i] = lockKey(c.prefix + n)
 	}
-	l := &Lock{lockID: lockID{client: c, mode: multiMode, key: strings.Join(sorted, ","), value: value, nonce: c.nonce(value),
+	l := &Lock{lockID: lockID{client: c, mode: multiMode, key: link.MultiKey(sorted), value: value, nonce: c.nonce(value),
 		keys: pipeline.NewKeys(keys...), names: sorted}, ttl: ttl}
 	return c.takeNew(ctx, l)
 }
@@ -79,6 +80,23 @@ func (multiLocks) Names(l *Lock) []string {
 		return nil
 	}
 	return slices.Clone(l.names)
+}
+
+// Held returns the names that err's masters refused as held (see
+// heldError), sorted, each once.
+func (multiLocks) Held(err error) []string {
+	var qe *QuorumError
+	if !errors.As(err, &qe) {
+		return nil
+	}
+	var names []string
+	for _, m := range qe.Masters {
+		if h, ok := m.Err.(heldError); ok && !slices.Contains(names, h.name) {
+			names = append(names, h.name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // NewWaker watches the releases of every name: each wakes it.

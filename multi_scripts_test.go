@@ -49,12 +49,31 @@ func TestMultiScriptsOnARealMaster(t *testing.T) {
 		"junk":  func() { require.NoError(t, rdb.Set(ctx, keys[1], "f:x", 0).Err()) },
 		"write": func() { require.NoError(t, rdb.Set(ctx, keys[1], "1:0:0:2:n2o2", 0).Err()) },
 	}
+	// A name held (by another Lock, or by readers) is named in the reply:
+	// b, the second, as replyHeld-1. A key that is not a lock names none.
+	held := map[string]bool{"reentrant": true, "reader": true, "write": true}
 	for why, hold := range others {
 		require.NoError(t, rdb.FlushAll(ctx).Err())
 		hold()
-		assert.Equal(t, "0", run("multi_acquire", "o", ttl, 1, 0, 0, "n"), why)
+		want := "0"
+		if held[why] {
+			want = fmt.Sprint(replyHeld - 1)
+		}
+		assert.Equal(t, want, run("multi_acquire", "o", ttl, 1, 0, 0, "n"), why)
 		absent(why, keys[0], keys[2], keys[0]+":gone:n")
 	}
+	// The first name held is named, past a key that is not a lock, and
+	// past a name held by readers only.
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	require.NoError(t, rdb.HSet(ctx, keys[0], "f", "v").Err())
+	others["reader"]()
+	require.NoError(t, rdb.Set(ctx, keys[2], "1:0:0:2:n3o3", 0).Err())
+	assert.Equal(t, fmt.Sprint(replyHeld-1), run("multi_acquire", "o", ttl, 1, 0, 0, "n"), "b's readers, after a's hash")
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	require.NoError(t, rdb.HSet(ctx, keys[0], "f", "v").Err())
+	require.NoError(t, rdb.Set(ctx, keys[2], "1:0:0:2:n3o3", 0).Err())
+	assert.Equal(t, fmt.Sprint(replyHeld-2), run("multi_acquire", "o", ttl, 1, 0, 0, "n"), "c, after a's hash")
+	absent("held after a hash", keys[1], keys[0]+":gone:n")
 
 	// A late acquire after an undo that found nothing.
 	require.NoError(t, rdb.FlushAll(ctx).Err())

@@ -19,6 +19,9 @@ type op struct {
 	// refused is a master's error where it answered no: ErrNotHeld (the
 	// lock is not ours there) unless set.
 	refused error
+	// names are a multi-resource acquire's, which a refusal may index
+	// (see replyHeld).
+	names []string
 	quorum.Spec
 }
 
@@ -29,6 +32,10 @@ const lateCallFactor = quorum.LateCallFactor
 // replyUpgrade is a master's reply when an owner that holds a read lock
 // asks for the write lock.
 const replyUpgrade = -1
+
+// replyHeld - i is a master's reply to a multi-resource acquire that it
+// refused, finding the i-th name (from 0) held.
+const replyHeld = -2
 
 // replyWaited is a master's reply to a last release where an acquire was
 // refused while the Lock held the lock.
@@ -136,6 +143,9 @@ func (c *Client) masterResults(o *op, res quorum.Outcome, ctxErr error) (ms []Ma
 		if r.Heard && r.Err == nil && r.Val == replyUpgrade {
 			m.Err = ErrUpgrade
 			upgrades++
+		}
+		if i := int(replyHeld - r.Val); m.Err == refused && r.Val <= replyHeld && i < len(o.names) {
+			m.Err = heldError{o.names[i]}
 		}
 		ms[i] = m
 	}

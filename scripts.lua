@@ -508,8 +508,10 @@ end
 
 --- multi_acquire @value @tokens @readers @ttl @multi
 -- Takes every name where each is free here, else none. Replies the token
--- (1 when not fencing), else 0. With fencing, the token is the largest of
--- each name's next token (see nextToken), and every name takes it as its
+-- (1 when not fencing), else 0, or -1-i where the i-th name (from 1) is
+-- the first found held, by another Lock or by readers: the client names
+-- it in the refusal. With fencing, the token is the largest of each
+-- name's next token (see nextToken), and every name takes it as its
 -- counter: larger than any earlier token of each name here. A refusal
 -- marks each holder met as waited for, so that its release publishes: it
 -- changes no name of its own. Readers of a name keep it out, as for
@@ -517,7 +519,7 @@ end
 local me = holderOf(ARGV[6], ARGV[1])
 if tonumber(ARGV[3]) ~= 1 then return 0 end
 if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
-local free, mine, counters = true, 0, {}
+local free, mine, counters, held = true, 0, {}, nil
 for i = 1, #KEYS do
   local found = redis.call('MGET', KEYS[i], KEYS[i] .. ':rh')
   local holds, token, waited, holder = parse(found[1])
@@ -525,20 +527,24 @@ for i = 1, #KEYS do
     mine = mine + 1
   elseif holder then
     if waited == '0' then redis.call('SET', KEYS[i], valueOf(holds, token, '1', holder), 'KEEPTTL') end
-    free = false
+    free, held = false, held or i
   elseif found[1] then
     counters[i] = counterOf(found[1])
     if not counters[i] then free = false end -- a string of another form
   elseif redis.call('EXISTS', KEYS[i]) == 1 then
     free = false -- a key of another type
   end
-  if free and not holder and found[2] and readersRefuseByName(KEYS[i], ARGV[1]) then free = false end
+  -- Past a refusal, readers are asked only to find a held name.
+  if (free or not held) and not holder and found[2] and readersRefuseByName(KEYS[i], ARGV[1]) then
+    free, held = false, held or i
+  end
 end
 if mine == #KEYS then -- the same call, landed twice
   if ARGV[4] == '0' then return 1 end
   local _, token = parse(redis.call('GET', KEYS[1]))
   return token
 end
+if held and mine == 0 then return -1 - held end
 if not free or mine > 0 then return 0 end
 local tokens, token = {}, '0'
 for i = 1, #KEYS do tokens[i] = counters[i] or '0' end -- without fencing, kept as they are

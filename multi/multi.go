@@ -17,7 +17,6 @@ package multi
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-redlock/redlock"
@@ -86,7 +85,7 @@ func New(client *redlock.Client, names []string, opts *Options) (*Mutex, error) 
 	if opts == nil {
 		opts = &Options{}
 	}
-	label := strings.Join(sorted, ",")
+	label := link.MultiKey(sorted)
 	o, err := retry.Options(*opts).Check(client, label, "multi.Options")
 	if err != nil {
 		return nil, err
@@ -103,8 +102,16 @@ func (m *Mutex) Names() []string {
 }
 
 // Names returns the names of l, a multi-resource lock, sorted; nil for
-// any other Lock. l.Token() is the fencing token of each of them.
+// any other Lock. l.Token() is the fencing token of each of them. l.Key()
+// joins them with commas for errors and events, quoting a name that holds
+// a comma or starts with a double quote: Names tells them as they are.
 func Names(l *redlock.Lock) []string { return locks.Names(l) }
+
+// Held returns the names that masters found held by another lock, as
+// reported in err, an error of TryAcquire, Acquire or Do: sorted, each
+// once; nil if none was. A master names the first of its names it finds
+// held, so a name held after it there goes unreported.
+func Held(err error) []string { return locks.Held(err) }
 
 // check refuses a Mutex not made by New and a nil or ended context,
 // before any I/O. op names the call.
@@ -122,9 +129,9 @@ func (m *Mutex) check(ctx context.Context, op string) error {
 
 // TryAcquire makes one attempt at every name. It returns the Lock, or an
 // error wrapping redlock.ErrNotObtained if too few masters found every
-// name free (the attempt is undone on every master). It blocks for one
-// quorum round. With Options.AutoRenew the Lock is renewed until
-// released.
+// name free (the attempt is undone on every master); Held tells which
+// names they found held. It blocks for one quorum round. With
+// Options.AutoRenew the Lock is renewed until released.
 func (m *Mutex) TryAcquire(ctx context.Context) (*redlock.Lock, error) {
 	if err := m.check(ctx, "TryAcquire"); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package multi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -129,7 +130,8 @@ func TestAllOrNothing(t *testing.T) {
 	m := newMulti(t, clients[1], []string{"c", "a", "b"}, nil)
 	_, err = m.TryAcquire(t.Context())
 	require.ErrorIs(t, err, redlock.ErrNotObtained)
-	require.ErrorContains(t, err, "held by another owner")
+	require.ErrorContains(t, err, `: "b" held by another owner`)
+	assert.Equal(t, []string{"b"}, multi.Held(err))
 	for i, keys := range leftKeys(t, c) {
 		assert.Equal(t, []string{"{b}"}, keys, "master %d", i)
 		v, err := c.Admin(i).Get(t.Context(), "{b}").Result()
@@ -143,6 +145,59 @@ func TestAllOrNothing(t *testing.T) {
 	assert.Greater(t, l.Token(), held.Token(), "b's counter goes on")
 	require.NoError(t, l.Release(t.Context()))
 	assertFree(t, c, clients, "{a}", "{b}", "{c}")
+}
+
+// A refusal names the names found held, each master the first of its
+// own, in its part of the error: b on one master, d on the others. Each
+// master's part says "redlock:" once. A round is decided once three of
+// the five masters refused: the others may not have answered yet. So it
+// tries until masters of both names answered, at most 50 times.
+func TestRefusalNamesHeld(t *testing.T) {
+	c, clients := own(t, 2)
+	ctx := t.Context()
+	held, err := clients[0].Acquire(ctx, "d", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, c.Admin(0).Set(ctx, "{b}", "1:0:0:2:n9o9", 10*time.Second).Err())
+	m := newMulti(t, clients[1], []string{"d", "c", "b", "a"}, nil)
+	for range 50 {
+		_, err = m.TryAcquire(ctx)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe)
+		var named []string
+		for i, r := range qe.Masters {
+			want := "d"
+			if i == 0 {
+				want = "b"
+			}
+			if errors.Is(r.Err, redlock.ErrNoReply) {
+				continue
+			}
+			require.ErrorIs(t, r.Err, redlock.ErrHeldElsewhere, "master %d", i)
+			assert.Equal(t, fmt.Sprintf("redlock: %q held by another owner", want), r.Err.Error(), "master %d", i)
+			assert.Contains(t, err.Error(), fmt.Sprintf("%s: %q held by another owner", r.Master, want), "master %d", i)
+			named = append(named, want)
+		}
+		slices.Sort(named)
+		assert.Equal(t, slices.Compact(named), multi.Held(err))
+		assert.Equal(t, 1, strings.Count(err.Error(), "redlock:"), err.Error())
+		assert.Equal(t, "contended", redlock.Outcome(err))
+		if len(multi.Held(err)) == 2 {
+			break
+		}
+	}
+	assert.Equal(t, []string{"b", "d"}, multi.Held(err), "in 50 attempts, master 0 never answered before the decision")
+	// As Acquire wraps its last attempt's when ctx ends.
+	assert.Equal(t, multi.Held(err), multi.Held(fmt.Errorf("%w; gave up waiting: %w", err, context.DeadlineExceeded)))
+	assert.Nil(t, multi.Held(nil))
+	assert.Nil(t, multi.Held(errors.New("x")))
+
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, c.Admin(0).Del(ctx, "{b}").Err())
+	l, err := m.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	assertFree(t, c, clients, "{a}", "{b}", "{c}", "{d}")
 }
 
 // Multi-resource locks on random pairs of four names and plain Mutexes
@@ -505,6 +560,27 @@ func TestNamesCopy(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, multi.Names(l))
 	assert.Equal(t, "a,b", l.Key())
 	require.NoError(t, l.Release(t.Context()))
+}
+
+// A name may hold a comma: its Lock's Key quotes it, so that the Lock of
+// the one name "a,b" and the Lock of names a and b, both held at once,
+// report different keys. Names tells the names as they are.
+func TestKeyOfANameWithAComma(t *testing.T) {
+	_, clients := own(t, 1)
+	ctx := t.Context()
+	one, err := newMulti(t, clients[0], []string{"a,b"}, nil).TryAcquire(ctx)
+	require.NoError(t, err)
+	two, err := newMulti(t, clients[0], []string{"b", "a"}, nil).TryAcquire(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, `"a,b"`, one.Key())
+	assert.Equal(t, "a,b", two.Key())
+	assert.Equal(t, []string{"a,b"}, multi.Names(one))
+	assert.Equal(t, []string{"a", "b"}, multi.Names(two))
+	_, err = newMulti(t, clients[0], []string{"c", "a,b"}, nil).TryAcquire(ctx)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	assert.Contains(t, err.Error(), `acquire "\"a,b\",c": `)
+	require.NoError(t, one.Release(ctx))
+	require.NoError(t, two.Release(ctx))
 }
 
 // A name lost on a quorum of masters (deleted there) loses the whole

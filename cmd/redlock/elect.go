@@ -167,7 +167,7 @@ func (c *electCmd) print(info election.LeaderInfo, now time.Time) {
 }
 
 // electHolder returns the holder of -elect: it campaigns with -value,
-// runs the child while it leads, and resigns when the child exits. After
+// runs the child while it leads, with its epoch as the fencing token, and resigns when the child exits. After
 // a loss of the lead, which stopped the child, it campaigns again, until
 // ctx ends.
 func (c *runCmd) electHolder(client *redlock.Client) (holder, error) {
@@ -175,7 +175,7 @@ func (c *runCmd) electHolder(client *redlock.Client) (holder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, child func(context.Context, func() time.Time) error) error {
+	return func(ctx context.Context, child func(context.Context, uint64, func() time.Time) error) error {
 		for {
 			l, err := e.Campaign(ctx, c.value)
 			if err != nil {
@@ -184,7 +184,7 @@ func (c *runCmd) electHolder(client *redlock.Client) (holder, error) {
 			fmt.Fprintf(c.stderr, "redlock run: leading %q at epoch %d\n", c.elect, l.Epoch())
 			cctx, cancel := context.WithCancelCause(ctx)
 			stop := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
-			err = child(cctx, l.Until)
+			err = child(cctx, l.Epoch(), l.Until)
 			stop()
 			// The child stopped for the lost lead, not on its own nor
 			// for ctx: lead again once it can.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,24 @@ func TestElectUsage(t *testing.T) {
 	assert.Contains(t, stderr.String(), "usage: redlock leader|observe")
 	assert.Equal(t, 0, runCLI(ctx, []string{"run", "-h"}, nil, &out, &stderr))
 	assert.Contains(t, stderr.String(), "-elect NAME")
+	assertNoLock(t, cluster, "job")
+}
+
+// The child of an elected leader gets its epoch as the fencing token, as
+// redlock leader reads it while the child runs.
+func TestRunElectFencingToken(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	epoch := func(token string) {
+		var out syncBuffer
+		code, stderr := electRun(t.Context(), cluster, &out, "leader", "-json", "job")
+		require.Equal(t, 0, code, stderr)
+		var v LeaderView
+		require.NoError(t, json.Unmarshal([]byte(out.String()), &v))
+		assert.Equal(t, "a", v.Value)
+		assert.Positive(t, v.Epoch)
+		assert.Equal(t, strconv.FormatUint(v.Epoch, 10), token)
+	}
+	_, code := runWithToken(t, cluster, epoch, "-elect", "job", "-value", "a")
+	assert.Equal(t, 0, code)
 	assertNoLock(t, cluster, "job")
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -32,6 +33,10 @@ after -grace, and redlock run campaigns again, until it is interrupted. When
 CMD exits on its own, redlock run resigns and exits. redlock leader NAME shows
 the leader.
 
+CMD finds the fencing token in $REDLOCK_FENCING_TOKEN: the lock's (-lock), or
+the leader's epoch (-elect), new at each lead. What CMD writes to must reject a
+token below one it has seen.
+
 Exit status: CMD's (its last run's with -elect), or 128+N if signal N ended it;
 1 if the lock or the lead was not obtained or CMD could not be started (127 if
 it was not found); 2 on a usage error.
@@ -54,11 +59,16 @@ type runCmd struct {
 	stdout, stderr io.Writer
 }
 
+// tokenEnv is the environment variable that gives CMD the hold's fencing
+// token: the lock's (-lock) or the leader's epoch (-elect). The resource
+// CMD writes to rejects a token below one it has seen.
+const tokenEnv = "REDLOCK_FENCING_TOKEN"
+
 // holder runs child while something is held, and returns child's error
 // joined with its own: a lock (-lock) or a leadership (-elect). child's
-// context ends when the hold is lost or about to run out. until tells
-// the hold's validity, which renewals move.
-type holder func(ctx context.Context, child func(ctx context.Context, until func() time.Time) error) error
+// context ends when the hold is lost or about to run out. token is the
+// hold's fencing token; until tells its validity, which renewals move.
+type holder func(ctx context.Context, child func(ctx context.Context, token uint64, until func() time.Time) error) error
 
 // runCLI runs redlock run with args (args[0] is "run") and returns the
 // exit status. It blocks until CMD has exited and the lock is released,
@@ -136,12 +146,12 @@ func runCLI(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 
 	status, ran := 1, false
-	err = held(ctx, func(ctx context.Context, until func() time.Time) error {
+	err = held(ctx, func(ctx context.Context, token uint64, until func() time.Time) error {
 		ran = true
 		ctx, stop := beforeValidity(ctx, until, c.grace)
 		defer stop()
 		var err error
-		status, err = c.child(ctx)
+		status, err = c.child(ctx, token)
 		return err
 	})
 	switch {
@@ -161,8 +171,8 @@ func (c *runCmd) lockHolder(client *redlock.Client) (holder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, child func(context.Context, func() time.Time) error) error {
-		run := func(ctx context.Context, l *redlock.Lock) error { return child(ctx, l.Until) }
+	return func(ctx context.Context, child func(context.Context, uint64, func() time.Time) error) error {
+		run := func(ctx context.Context, l *redlock.Lock) error { return child(ctx, l.Token(), l.Until) }
 		if c.wait {
 			return m.Do(ctx, run)
 		}
@@ -202,12 +212,14 @@ func beforeValidity(ctx context.Context, until func() time.Time, grace time.Dura
 	return ctx, func() { cancel(nil); <-done }
 }
 
-// child runs the command until it exits, and returns its exit status.
-// When ctx ends, it sends SIGTERM to the command's process group, then
+// child runs the command, with token in its environment, until it exits,
+// and returns its exit status. When ctx ends, it sends SIGTERM to the command's process group, then
 // SIGKILL after the grace. When the command exits, the rest of its group
 // is killed: nothing it started works on without the lock.
-func (c *runCmd) child(ctx context.Context) (int, error) {
+func (c *runCmd) child(ctx context.Context, token uint64) (int, error) {
 	cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)
+	// The last of duplicates wins: an outer redlock run's token is replaced.
+	cmd.Env = append(os.Environ(), tokenEnv+"="+strconv.FormatUint(token, 10))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	group := func(sig syscall.Signal) error { return syscall.Kill(-cmd.Process.Pid, sig) }

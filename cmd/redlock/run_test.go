@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -290,4 +291,61 @@ func TestBeforeValidity(t *testing.T) {
 	ctx, stop = beforeValidity(t.Context(), read, grace)
 	stop()
 	assert.ErrorIs(t, ctx.Err(), context.Canceled)
+}
+
+// tokenChild is a script that writes $REDLOCK_FENCING_TOKEN to the file
+// $0, then runs until the file $1 exists (at most 20s).
+const tokenChild = `echo "$REDLOCK_FENCING_TOKEN" > "$0.tmp"; mv "$0.tmp" "$0"; i=0; while [ ! -e "$1" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done`
+
+// runWithToken runs redlock run with args and tokenChild, and calls
+// check with the token the child got while it still runs. It returns
+// the token and redlock run's exit status.
+func runWithToken(t *testing.T, cluster *harness.Cluster, check func(token string), args ...string) (string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	got, stop := filepath.Join(dir, "token"), filepath.Join(dir, "stop")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		code, _ := runRun(ctx, cluster, append(args, "--", "sh", "-c", tokenChild, got, stop)...)
+		done <- code
+	}()
+	var token string
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(got)
+		token = strings.TrimSpace(string(b))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the child did not start")
+	check(token)
+	require.NoError(t, os.WriteFile(stop, nil, 0o600))
+	select {
+	case code := <-done:
+		return token, code
+	case <-time.After(20 * time.Second):
+		t.Fatal("redlock run did not end within 20s of its child's stop")
+		return "", 0
+	}
+}
+
+// The child gets the lock's fencing token, as inspect reads it on the
+// masters while the child runs; the next run's token is larger.
+func TestRunFencingToken(t *testing.T) {
+	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	held := func(token string) {
+		w := mustView(t, cluster, "job").Writer
+		require.NotNil(t, w, "the lock is not held while the child runs")
+		assert.Equal(t, w.Token, token)
+	}
+	first, code := runWithToken(t, cluster, held, "-lock", "job")
+	assert.Equal(t, 0, code)
+	second, code := runWithToken(t, cluster, held, "-lock", "job", "-wait")
+	assert.Equal(t, 0, code)
+	a, errA := strconv.ParseUint(first, 10, 64)
+	b, errB := strconv.ParseUint(second, 10, 64)
+	require.NoError(t, errA, "token %q", first)
+	require.NoError(t, errB, "token %q", second)
+	assert.Positive(t, a)
+	assert.Greater(t, b, a)
+	assertNoLock(t, cluster, "job")
 }

@@ -3,6 +3,8 @@ package link
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,6 +27,10 @@ type Multi[C, L any] interface {
 	// Names returns the names of a multi-resource lock, sorted; nil for
 	// another Lock.
 	Names(l L) []string
+
+	// Held returns the names that err's masters found held, where err
+	// is an acquire's, sorted, each once; nil if none.
+	Held(err error) []string
 
 	// NewWaker watches the releases of each name on client: every one
 	// wakes it. A release seen at or after since (zero: none) wakes it at
@@ -54,4 +60,22 @@ func GetMulti[C, L any]() Multi[C, L] {
 		panic(fmt.Sprintf("link: no Multi[%T, %T] registered", c, l))
 	}
 	return h
+}
+
+// MultiKey returns the key a multi-resource lock of names (sorted)
+// reports, in Lock.Key, errors and events: its names joined by commas. A
+// name that holds a comma or starts with a double quote is quoted, as
+// strconv.Quote does, so that no two sets of names report one key.
+func MultiKey(names []string) string {
+	var b strings.Builder
+	for i, n := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if strings.Contains(n, ",") || strings.HasPrefix(n, `"`) {
+			n = strconv.Quote(n)
+		}
+		b.WriteString(n)
+	}
+	return b.String()
 }
