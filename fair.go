@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-redlock/redlock/internal/link"
@@ -120,11 +121,80 @@ func (queues) Acquire(ctx context.Context, c *Client, name, id string, ticket ui
 	return c.acquire(ctx, fairMode, name, id, c.nonce(value), ttl, extras{queued: queued})
 }
 
-func (queues) NewWaker(c *Client, name, id string) link.Waker {
+func (queues) NewWaker(c *Client, name, id string) link.QueueWaker {
 	if c.check() != nil {
-		return c.newWaker(name, false, time.Time{}) // never woken
+		never := c.newWaker(name, false, time.Time{})
+		return &queueWaker{next: never, freed: never}
 	}
-	return c.wakerFor(queueKey(lockKey(c.prefix+name)), id)
+	k := lockKey(c.prefix + name)
+	// Every release of an exclusive hold of the name publishes on its main
+	// key, a Mutex's too. The waiter, not the release, tells whether it
+	// is the one to try.
+	return &queueWaker{next: c.wakerFor(queueKey(k), id), freed: c.wakerOn(k, true, time.Time{})}
+}
+
+// queueWaker is a fair lock's waiter's two wakers: its own id published
+// on the queue's channel, and any release published on the lock's.
+type queueWaker struct {
+	next, freed *waker
+	mu          sync.Mutex    // guards the fields below
+	live        chan struct{} // made on first use: see Live
+	stop        chan struct{} // closed by Close: ends Live's goroutine
+	closed      bool
+}
+
+func (w *queueWaker) Next() <-chan struct{}  { return w.next.Wake() }
+func (w *queueWaker) Freed() <-chan struct{} { return w.freed.Wake() }
+
+// Live is closed once both watches are. Where one is not yet, a goroutine
+// waits for both, until Close.
+func (w *queueWaker) Live() <-chan struct{} {
+	a, b := w.next.Live(), w.freed.Live()
+	if a == nil || b == nil {
+		return nil // never live
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.live != nil {
+		return w.live
+	}
+	w.live = make(chan struct{})
+	select {
+	case <-a:
+		select {
+		case <-b:
+			close(w.live)
+			return w.live
+		default:
+		}
+	default:
+	}
+	if !w.closed {
+		live, stop := w.live, make(chan struct{})
+		w.stop = stop
+		go func() {
+			for _, c := range []<-chan struct{}{a, b} {
+				select {
+				case <-c:
+				case <-stop:
+					return
+				}
+			}
+			close(live)
+		}()
+	}
+	return w.live
+}
+
+func (w *queueWaker) Close() {
+	w.mu.Lock()
+	if !w.closed && w.stop != nil {
+		close(w.stop)
+	}
+	w.closed = true
+	w.mu.Unlock()
+	w.next.Close()
+	w.freed.Close()
 }
 
 // enqueuePolicy counts no agreement of a master in quarantine: it reaches

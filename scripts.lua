@@ -900,9 +900,12 @@ return reply
 --- fair_undo @value @tokens @ttl @releaseLock @queue
 -- release, as the undo of a failed fair_acquire: where the lock goes, the
 -- waiter's entry comes back (ARGV[5] "ticket:waiter TTL"), so that no
--- waiter behind it passes it meanwhile.
+-- waiter behind it passes it meanwhile. Only there: an undo that finds
+-- none of its Lock's hold did not follow a grant that dropped the entry.
+-- It may come late, after the waiter left or took the lock with a later
+-- attempt, and must not queue it again.
 local reply = releaseLock(KEYS, ARGV)
-if ARGV[3] == '0' then
+if ARGV[3] == '0' and (reply == 1 or reply == 2) then
   local ticket, ttl = ARGV[5]:match('^(%d+):(%d+)$')
   local q = KEYS[1] .. ':q'
   place(q, ARGV[1], tonumber(ticket), tonumber(ttl), trimQueue(q))

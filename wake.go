@@ -75,6 +75,8 @@ type watch struct {
 	subscribers int        // masters subscribed to; set at creation
 	wakers      []*waker   // one-wakers rotate: the first is woken next
 	recent      []released // releases seen within the window, oldest first
+
+	live chan struct{} // closed when ready is set; made with the watch
 }
 
 // released is a release seen by a watch: several masters publish it.
@@ -126,7 +128,7 @@ func (c *Client) wakerInto(ch chan struct{}, channel string, all bool, since tim
 		var ctx context.Context
 		// A release's copies come from several masters. The last one
 		// comes up to the bound of a call decided without it.
-		w = &watch{window: lateCallFactor * c.masterTimeout}
+		w = &watch{window: lateCallFactor * c.masterTimeout, live: make(chan struct{})}
 		ctx, w.cancel = context.WithCancel(context.Background())
 		var follows []func()
 		for i := range c.nodes {
@@ -171,6 +173,16 @@ func (c *Client) wakerInto(ch chan struct{}, channel string, all bool, since tim
 // then reaches the waker, unless a connection broke meanwhile. So the
 // caller may wait without trying again first.
 func (k *waker) Settled() bool { return k.settled }
+
+// Live returns a channel closed once every master confirmed the watch's
+// subscription: from then on a release reaches the waker, unless a
+// connection broke. A waker that watches nothing is never live.
+func (k *waker) Live() <-chan struct{} {
+	if k.w == nil {
+		return nil
+	}
+	return k.w.live
+}
 
 // releasing wakes this client's waiters for the lock on channel. It wakes
 // them as the first published copy of a release would. It runs when the
@@ -323,6 +335,7 @@ func (w *watch) confirm() {
 	w.mu.Lock()
 	if w.confirmed++; w.confirmed == w.subscribers {
 		w.ready = time.Now()
+		close(w.live)
 	}
 	w.mu.Unlock()
 }

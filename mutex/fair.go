@@ -366,8 +366,9 @@ func (t *Ticket) abandon() {
 
 // Wait blocks until the ticket's turn comes and it holds the lock, or ctx
 // ends, or the ticket is lost or cancelled. It tries when no live ticket
-// was ahead at the last renewal, and when a master publishes that this
-// ticket is next. On success the ticket leaves the queue. If ctx ends
+// was ahead at the last renewal, when a master publishes that this ticket
+// is next, and at a release of the name (a Mutex's too) while no ticket
+// is known ahead. On success the ticket leaves the queue. If ctx ends
 // first, the ticket stays queued: Wait again or Cancel; the error matches
 // ctx.Err(). A lost ticket's error wraps ErrTicketLost.
 func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
@@ -381,6 +382,15 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 	f := t.f
 	waker := queues.NewWaker(f.client, f.name, t.id)
 	defer waker.Close()
+	// A publication is missed until every master confirmed the
+	// subscriptions. Where they were not live before the first try, the
+	// waiter tries once more when they are.
+	live := waker.Live()
+	select {
+	case <-live:
+		live = nil
+	default:
+	}
 	var last error
 	for try := true; ; {
 		if try {
@@ -397,8 +407,16 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 			last = err
 		}
 		select {
-		case <-waker.Wake():
+		case <-waker.Next():
 			try = true
+		case <-waker.Freed():
+			// A release of any hold of the name: only a waiter that may
+			// be first tries, not the whole queue.
+			t.mu.Lock()
+			try = t.ahead <= 0
+			t.mu.Unlock()
+		case <-live:
+			live, try = nil, true
 		case <-t.tick:
 			t.mu.Lock()
 			try = t.ahead == 0

@@ -2,6 +2,8 @@ package mutex_test
 
 import (
 	"context"
+	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -395,4 +397,141 @@ func TestFairLostTicketLeaves(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, p, "the lost ticket left")
 	next.Cancel()
+}
+
+// awaitRefusedAndSubscribed waits until an acquire was refused on every
+// master while the lock of name was held (the holder's value is marked
+// waited for, so that its release publishes), and until subs clients
+// subscribe to both of the name's channels on every master. Bound: 2s, for
+// a try and a dial on a busy machine.
+func awaitRefusedAndSubscribed(t *testing.T, c *harness.Cluster, name string, subs int64) {
+	t.Helper()
+	key := "{" + name + "}"
+	waited := regexp.MustCompile(`^\d+:\d+:1:`)
+	require.Eventually(t, func() bool {
+		for i := range c.Masters {
+			v, err := c.Admin(i).Get(t.Context(), key).Result()
+			if err != nil || !waited.MatchString(v) {
+				return false
+			}
+			n, err := c.Admin(i).PubSubNumSub(t.Context(), key, key+":q").Result()
+			if err != nil || n[key] < subs || n[key+":q"] < subs {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 5*time.Millisecond, "no refused try, or no subscription, on every master")
+}
+
+// awaitGrant waits for the lock that got sends, and returns how long after
+// since it was granted.
+func awaitGrant(t *testing.T, got <-chan time.Time, since time.Time) time.Duration {
+	t.Helper()
+	select {
+	case at, ok := <-got:
+		require.True(t, ok, "the waiter failed")
+		t.Logf("granted %v after", at.Sub(since))
+		return at.Sub(since)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+	return 0
+}
+
+// waitIn runs tk.Wait in the background; the returned channel gets when
+// it was granted (the lock is then released), or is closed on failure.
+func waitIn(t *testing.T, tk *mutex.Ticket) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		defer close(got)
+		l, err := tk.Wait(t.Context())
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			assert.NoError(t, l.Release(context.Background()))
+		}
+	}()
+	return got
+}
+
+// A Mutex's release of the name wakes the fair waiter queued behind it: a
+// fair lock and a Mutex of one name exclude each other. It fails where
+// only fair releases wake fair waiters: the waiter tries at its renewal, a
+// third of its waiter TTL (3s) after it queued, about 1s later. Bound: a
+// publication and one round; margin to 200ms for a busy machine.
+func TestFairWaiterWokenByMutexRelease(t *testing.T) {
+	c, clients := fairCluster(t, 2)
+	ctx := t.Context()
+	m, err := mutex.New(clients[0], "plain", &mutex.Options{TTL: 10 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	f, err := mutex.NewFair(clients[1], "plain", &mutex.FairOptions{TTL: 2 * time.Second, WaiterTTL: 3 * time.Second})
+	require.NoError(t, err)
+	tk, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	got := waitIn(t, tk)
+	awaitRefusedAndSubscribed(t, c, "plain", 1)
+	released := time.Now()
+	require.NoError(t, m.Unlock(ctx))
+	assert.Less(t, awaitGrant(t, got, released), 200*time.Millisecond)
+	assertQueueGone(t, c)
+}
+
+// A release published before the waiter's subscriptions are confirmed is
+// missed: the waiter tries once more when they are. The waiter's client
+// dials nothing from before its first try until after the release, so its
+// subscriptions are confirmed only then. It fails where Wait does not try
+// again: the waiter tries at its renewal, a third of its waiter TTL (6s)
+// after it queued, about 2s later. Bound: a dial and one round; margin to
+// 500ms for a busy machine.
+func TestFairWaitTriesOnceSubscribed(t *testing.T) {
+	c, clients := fairCluster(t, 1)
+	ctx := t.Context()
+	var hold atomic.Bool
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	defer open()
+	masters := make([]*redis.Client, len(c.Masters))
+	for i, m := range c.Masters {
+		opt := harness.MasterOptions(m.Addr())
+		opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if hold.Load() {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+		masters[i] = redis.NewClient(opt)
+	}
+	waiter, err := redlock.New(masters, &redlock.Options{MasterTimeout: fairMasterTimeout})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		open()
+		_ = waiter.Close()
+		for _, m := range masters {
+			_ = m.Close()
+		}
+	})
+	opts := &mutex.FairOptions{TTL: 2 * time.Second, WaiterTTL: 6 * time.Second}
+	hf, err := mutex.NewFair(clients[0], "unsubscribed", opts)
+	require.NoError(t, err)
+	holder, err := hf.Lock(ctx)
+	require.NoError(t, err)
+	f, err := mutex.NewFair(waiter, "unsubscribed", opts)
+	require.NoError(t, err)
+	tk, err := f.Enqueue(ctx) // dials the connections its tries use
+	require.NoError(t, err)
+	hold.Store(true)
+	got := waitIn(t, tk)
+	awaitRefusedAndSubscribed(t, c, "unsubscribed", 0)
+	require.NoError(t, holder.Release(ctx))
+	time.Sleep(50 * time.Millisecond) // the publications went out, to no one of the waiter's
+	at := time.Now()
+	open()
+	assert.Less(t, awaitGrant(t, got, at), 500*time.Millisecond)
+	assertQueueGone(t, c)
 }

@@ -32,8 +32,8 @@ type Queues[C, L any] interface {
 	// it only where no live waiter is ahead of the ticket.
 	Acquire(ctx context.Context, client C, name, id string, ticket uint64, wait, ttl time.Duration) (L, error)
 
-	// NewWaker is woken when a master publishes that waiter id is next.
-	NewWaker(client C, name, id string) Waker
+	// NewWaker watches what wakes waiter id of the lock named name.
+	NewWaker(client C, name, id string) QueueWaker
 
 	// Deadline is start + ttl less the client's drift allowance.
 	Deadline(client C, start time.Time, ttl time.Duration) time.Time
@@ -41,6 +41,24 @@ type Queues[C, L any] interface {
 	// QueueKeys returns the keys of the queue of the lock named name under
 	// prefix: waiters, expiries, counter.
 	QueueKeys(prefix, name string) []string
+}
+
+// QueueWaker is what a fair lock's waiter waits on. It is safe for
+// concurrent use.
+type QueueWaker interface {
+	// Next receives a value when a master publishes that the waiter is
+	// next in the queue.
+	Next() <-chan struct{}
+	// Freed receives a value when a master publishes a release of the
+	// lock of the name: any exclusive hold's, a Mutex's too. It does not
+	// tell whom the queue puts next.
+	Freed() <-chan struct{}
+	// Live is closed once every master confirmed every subscription: a
+	// publication after that reaches the QueueWaker while connections
+	// last. One that never can subscribe is never live.
+	Live() <-chan struct{}
+	// Close stops it; closing again does nothing.
+	Close()
 }
 
 // queues is the Queues that RegisterQueues stored.

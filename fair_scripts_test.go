@@ -1,0 +1,89 @@
+package redlock
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-redlock/redlock/internal/harness"
+)
+
+// fairScripts runs a fair lock's scripts on the lock key of one master.
+type fairScripts struct {
+	t   *testing.T
+	rdb *redis.Client
+	key string
+}
+
+func (f fairScripts) run(s *redis.Script, args ...any) int64 {
+	f.t.Helper()
+	n, err := s.Run(f.t.Context(), f.rdb, []string{f.key}, args...).Int64()
+	require.NoError(f.t, err)
+	return n
+}
+
+func (f fairScripts) enqueue(id string, waitMs int64) int64 {
+	return f.run(fairEnqueueScript, id, waitMs)
+}
+
+// ahead is the renewal's reply less one: the live waiters ahead of id.
+func (f fairScripts) ahead(id string, ticket, waitMs int64) int64 {
+	return f.run(fairRenewScript, id, waitMs, ticket) - 1
+}
+
+// lock runs a Lock's script s for waiter id of ticket, with the Lock's
+// nonce, and its holds after the call.
+func (f fairScripts) lock(s *redis.Script, id, nonce string, holds, ticket, waitMs int64, mark ...any) int64 {
+	queued := []any{id, 60_000, holds, 0, strconv.FormatInt(ticket, 10) + ":" + strconv.FormatInt(waitMs, 10), nonce}
+	return f.run(s, append(queued, mark...)...)
+}
+
+// An undo that comes after its waiter left, or after the waiter took the
+// lock with a later attempt, finds none of its Lock's hold and queues
+// nothing. It fails where the undo queues the entry in any case: the
+// waiter behind is held back (Position 1, and refused) for the late
+// entry's waiter TTL. An entry a late call does queue (an enqueue after
+// its undo) lives one waiter TTL from when it lands, then the next waiter
+// is first again. Bound: 300ms; margin 300ms.
+func TestFairLateUndoQueuesNothingOnARealMaster(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	f := fairScripts{t: t, rdb: cl.Admin(0), key: lockKey("late")}
+	const wait = 60_000
+	q := queueKey(f.key)
+
+	w, v := f.enqueue("w", wait), f.enqueue("v", wait)
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "w", wait), "w cancels")
+	assert.Equal(t, int64(0), f.lock(fairMode.undo, "w", "n1", 0, w, wait, markMissing),
+		"the late undo of w's attempt finds nothing")
+	assert.Equal(t, redis.Nil, f.rdb.ZScore(t.Context(), q, "w").Err(), "the cancelled w is queued again")
+	assert.Equal(t, int64(0), f.ahead("v", v, wait))
+
+	u := f.enqueue("u", wait)
+	require.Equal(t, int64(1), f.lock(fairMode.acquire, "v", "n2", 1, v, wait), "v takes the lock")
+	assert.Equal(t, int64(0), f.lock(fairMode.undo, "v", "n0", 0, v, wait, markMissing),
+		"the late undo of v's earlier attempt finds nothing")
+	assert.Equal(t, int64(0), f.ahead("u", u, wait), "v, the holder, is queued again")
+	assert.Equal(t, int64(1), f.lock(fairMode.release, "v", "n2", 0, v, wait))
+
+	// An undo that finds its Lock's hold puts the entry back.
+	require.Equal(t, int64(1), f.lock(fairMode.acquire, "u", "n3", 1, u, wait))
+	assert.Equal(t, int64(1), f.lock(fairMode.undo, "u", "n3", 0, u, wait, markMissing))
+	assert.Equal(t, int64(0), f.ahead("u", u, wait), "u is queued again")
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "u", wait))
+
+	// A late enqueue of a waiter that left queues it for one waiter TTL.
+	const short = 300
+	x := f.enqueue("x", wait)
+	f.enqueue("late", short)
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "late", short))
+	late := f.enqueue("late", short) // the call that lands after the leave
+	require.Greater(t, late, x)
+	y := f.enqueue("y", wait)
+	assert.Equal(t, int64(2), f.ahead("y", y, wait), "x and the late entry")
+	time.Sleep((short + 300) * time.Millisecond)
+	assert.Equal(t, int64(1), f.ahead("y", y, wait), "the late entry expired")
+}
