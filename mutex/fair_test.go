@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"regexp"
 	"slices"
@@ -534,4 +535,53 @@ func TestFairWaitTriesOnceSubscribed(t *testing.T) {
 	open()
 	assert.Less(t, awaitGrant(t, got, at), 500*time.Millisecond)
 	assertQueueGone(t, c)
+}
+
+// A master that restarted empty lost its counter: it must not count
+// toward a ticket until every ticket it held has been renewed elsewhere,
+// its quarantine. Ticket 1 is queued on m0-m2 alone; m0 and m1 restart
+// empty and m2 dies, so that no master that counts holds it. A later
+// Enqueue then reaches only m0, m1 (quarantined) and m3, m4. It fails
+// where the enqueue counts a master in quarantine: the later waiter gets
+// ticket 1 too, and may go first. The first waiter's renewal, which would
+// queue it on m0, m1, m3, m4 again, comes 10s after it queued, a third of
+// its waiter TTL; the steps take well under a second.
+func TestFairRestartedMasterKeepsArrivalOrder(t *testing.T) {
+	c, clients := fairCluster(t, 2)
+	ctx := t.Context()
+	opts := &mutex.FairOptions{TTL: 2 * time.Second, WaiterTTL: 30 * time.Second}
+	for _, i := range []int{3, 4} {
+		require.NoError(t, c.Masters[i].Kill(ctx))
+	}
+	// The later waiter's client learns the servers of m0-m2, so that it
+	// sees their restart.
+	late, err := mutex.NewFair(clients[1], "restart", opts)
+	require.NoError(t, err)
+	warm, err := late.Enqueue(ctx)
+	require.NoError(t, err)
+	warm.Cancel()
+	first, err := mutex.NewFair(clients[0], "restart", opts)
+	require.NoError(t, err)
+	ticket, err := first.Enqueue(ctx)
+	require.NoError(t, err)
+	defer ticket.Cancel()
+	for _, i := range []int{0, 1, 3, 4} {
+		require.NoError(t, c.Masters[i].Restart(ctx))
+	}
+	require.NoError(t, c.Masters[2].Kill(ctx))
+	// The first call after a restart may find its connection dead.
+	for range 10 {
+		later, err := late.Enqueue(ctx)
+		if err == nil {
+			later.Cancel()
+			require.Greater(t, later.Number(), ticket.Number(), "a later arrival got ticket %d, not above the first one's", later.Number())
+			return
+		}
+		if errors.Is(err, redlock.ErrQuarantined) {
+			require.ErrorIs(t, err, redlock.ErrNotObtained)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the later Enqueue never reached the restarted masters")
 }
