@@ -25,6 +25,10 @@ type Waiter struct {
 	// timed out and the ticket was cancelled after End.
 	WaitAt, End time.Duration
 	Granted     bool
+	// GrantFrom, for a granted waiter, is a time before which its grant's
+	// round had not begun: it was surely queued until then, not after, as
+	// the grant drops its entry before Wait returns.
+	GrantFrom time.Duration
 	// Lost: the ticket left the queue while it waited (mutex.ErrTicketLost).
 	// Its place was not kept; the checker leaves it out of the order.
 	Lost bool
@@ -32,8 +36,19 @@ type Waiter struct {
 
 // queuedOver reports whether w was surely queued, on a quorum, from a to
 // b: it was settled before a, was not lost, and stopped waiting after b.
+// Its own grant, if any, drops it before b only while no one else holds
+// the lock: see queuedUntil for a time that no lock bounds.
 func (w Waiter) queuedOver(a, b time.Duration) bool {
 	return !w.Lost && w.EnqueuedAt < a && w.End > b
+}
+
+// queuedUntil is when w was last surely queued: the start of its grant's
+// round, or the end of its Wait.
+func (w Waiter) queuedUntil() time.Duration {
+	if w.Granted {
+		return w.GrantFrom
+	}
+	return w.End
 }
 
 // FairResult is the fair lock checker's findings.
@@ -74,7 +89,8 @@ func (r *FairResult) String() string {
 //     smaller ticket is surely queued throughout its Wait (a waiter with
 //     an equal ticket is ordered by its id, which is not recorded);
 //   - a waiter that queued after another finished queueing, while that
-//     one still waited, has a larger ticket.
+//     one was still queued (it stopped waiting later, and its grant, if
+//     any, began later: see Waiter.GrantFrom), has a larger ticket.
 //
 // A lost ticket is left out: its place was not kept. Mutual exclusion is
 // CheckKeys's, on the sections of the granted waiters.
@@ -94,7 +110,7 @@ func CheckFair(waiters []Waiter) *FairResult {
 			if a.Granted && b.Ticket < a.Ticket && b.queuedOver(a.WaitAt, a.End) {
 				r.Passed = append(r.Passed, Pass{Earlier: b, Later: a})
 			}
-			if !a.Lost && !b.Lost && b.EnqueuedAt < a.EnqueueAt && b.End > a.EnqueuedAt && a.Ticket <= b.Ticket {
+			if !a.Lost && !b.Lost && b.EnqueuedAt < a.EnqueueAt && b.queuedUntil() > a.EnqueuedAt && a.Ticket <= b.Ticket {
 				r.Arrivals = append(r.Arrivals, Pass{Earlier: b, Later: a})
 			}
 		}
@@ -126,13 +142,14 @@ type fairLocker struct {
 	f      *mutex.Fair
 	client int
 	key    int
+	ttl    time.Duration // the lock's and the waiters'
 	env    *Env
 	held   *redlock.Lock
 }
 
 func newFairLocker(c *redlock.Client, id int, cfg Config, key int, env *Env) (locker, error) {
 	f, err := mutex.NewFair(c, cfg.KeyName(key), &mutex.FairOptions{TTL: cfg.TTL, WaiterTTL: cfg.TTL, AutoRenew: cfg.AutoRenew})
-	return &fairLocker{f: f, client: id, key: key, env: env}, err
+	return &fairLocker{f: f, client: id, key: key, ttl: cfg.TTL, env: env}, err
 }
 
 func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
@@ -147,6 +164,11 @@ func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
 	l, err := t.Wait(ctx)
 	w.End = rec.Now()
 	w.Granted, w.Lost = err == nil, errors.Is(err, mutex.ErrTicketLost)
+	if w.Granted {
+		// Until is the grant's round's start plus the TTL, less the
+		// drift: the round began after Until less the TTL.
+		w.GrantFrom = min(rec.At(l.Until())-x.ttl, w.End)
+	}
 	x.env.fairs.add(w)
 	if err != nil {
 		t.Cancel()
