@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -12,7 +13,7 @@ import (
 	"github.com/go-redlock/redlock/mutex"
 )
 
-// Waiter is one fair lock call (Kind Fair): its ticket, and when it
+// Waiter is one ticket of a fair lock call (Kind Fair), and when it
 // queued and stopped waiting, on the Recorder's clock.
 type Waiter struct {
 	Client int
@@ -54,6 +55,9 @@ func (w Waiter) queuedUntil() time.Duration {
 // FairResult is the fair lock checker's findings.
 type FairResult struct {
 	Waiters, Granted, Lost int
+	// EnqueueFails are Enqueue calls that got no ticket; the lock call
+	// that made them tried again.
+	EnqueueFails int
 	// Passed are grants to a waiter while a waiter of the same key with a
 	// smaller ticket was surely queued: an order violation.
 	Passed []Pass
@@ -77,7 +81,7 @@ func (p Pass) String() string {
 func (r *FairResult) Violations() int { return len(r.Passed) + len(r.Arrivals) }
 
 func (r *FairResult) String() string {
-	s := fmt.Sprintf("%d waiters, %d granted, %d tickets lost, %d passed, %d arrivals out of order", r.Waiters, r.Granted, r.Lost, len(r.Passed), len(r.Arrivals))
+	s := fmt.Sprintf("%d waiters, %d granted, %d tickets lost, %d enqueues failed, %d passed, %d arrivals out of order", r.Waiters, r.Granted, r.Lost, r.EnqueueFails, len(r.Passed), len(r.Arrivals))
 	for _, p := range append(slices.Clone(r.Passed), r.Arrivals...) {
 		s += "\n  " + p.String()
 	}
@@ -118,10 +122,11 @@ func CheckFair(waiters []Waiter) *FairResult {
 	return r
 }
 
-// fairLog collects the waiters of a run.
+// fairLog collects the waiters of a run, and counts failed enqueues.
 type fairLog struct {
 	mu      sync.Mutex
 	waiters []Waiter
+	failed  int
 }
 
 func (f *fairLog) add(w Waiter) {
@@ -130,14 +135,31 @@ func (f *fairLog) add(w Waiter) {
 	f.mu.Unlock()
 }
 
+// refused counts an Enqueue that got no ticket.
+func (f *fairLog) refused() {
+	f.mu.Lock()
+	f.failed++
+	f.mu.Unlock()
+}
+
+// check is CheckFair's result on the run's waiters, with its failed
+// enqueues.
+func (f *fairLog) check() *FairResult {
+	r := CheckFair(f.all())
+	f.mu.Lock()
+	r.EnqueueFails = f.failed
+	f.mu.Unlock()
+	return r
+}
+
 func (f *fairLog) all() []Waiter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.waiters)
 }
 
-// fairLocker takes a ticket, then waits for its turn, and records both.
-// Its waiter TTL is the run's TTL.
+// fairLocker makes each lock call as mutex.Fair.Lock does, ticket by
+// ticket, and records each ticket. Its waiter TTL is the run's TTL.
 type fairLocker struct {
 	f      *mutex.Fair
 	client int
@@ -152,12 +174,46 @@ func newFairLocker(c *redlock.Client, id int, cfg Config, key int, env *Env) (lo
 	return &fairLocker{f: f, client: id, key: key, ttl: cfg.TTL, env: env}, err
 }
 
+// lock is one lock call, as a user's Fair.Lock: until ctx ends, a failed
+// Enqueue is retried after a growing delay, and a lost ticket is replaced
+// by a new one at the back. So "Lock calls" mean what they mean for the
+// other lockers, not Enqueue calls. It takes the tickets one by one,
+// rather than calling Fair.Lock, to record each.
 func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
+	delay := 5 * time.Millisecond // Fair.Lock's
+	for {
+		l, err := x.ticket(ctx)
+		switch {
+		case err == nil:
+			x.held = l
+			return l, false, nil
+		case ctx.Err() != nil:
+			return nil, false, err
+		case errors.Is(err, mutex.ErrTicketLost):
+			continue // queue again, at the back
+		case !errors.Is(err, errEnqueue) || !errors.Is(err, redlock.ErrNotObtained):
+			return nil, false, err
+		}
+		x.env.fairs.refused()
+		if !Sleep(ctx, delay/2+mrand.N(delay/2+1)) {
+			return nil, false, fmt.Errorf("%w; gave up waiting: %w", err, ctx.Err())
+		}
+		delay = min(2*delay, x.ttl/3)
+	}
+}
+
+// errEnqueue marks a failed Enqueue: no ticket was taken.
+var errEnqueue = errors.New("enqueue failed")
+
+// ticket takes one ticket and waits for its turn, and records it. A
+// failed Enqueue's error wraps errEnqueue. A ticket that did not get the
+// lock is cancelled.
+func (x *fairLocker) ticket(ctx context.Context) (*redlock.Lock, error) {
 	rec := x.env.Rec
 	w := Waiter{Client: x.client, Key: x.key, EnqueueAt: rec.Now()}
 	t, err := x.f.Enqueue(ctx)
 	if err != nil {
-		return nil, false, err
+		return nil, fmt.Errorf("%w: %w", errEnqueue, err)
 	}
 	w.Ticket, w.EnqueuedAt = t.Number(), rec.Now()
 	w.WaitAt = rec.Now()
@@ -172,10 +228,9 @@ func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
 	x.env.fairs.add(w)
 	if err != nil {
 		t.Cancel()
-		return nil, false, err
+		return nil, err
 	}
-	x.held = l
-	return l, false, nil
+	return l, nil
 }
 
 func (x *fairLocker) unlock(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/go-redlock/redlock/integration/nemesis"
 )
@@ -85,4 +86,30 @@ func TestCheckFairArrivalAfterGrantBegan(t *testing.T) {
 	granted.GrantFrom = 9*ms + ms/2 // still queued when the later one was
 	r = nemesis.CheckFair([]nemesis.Waiter{granted, again})
 	assert.Len(t, r.Arrivals, 1, "%v", r)
+}
+
+// A fair lock call tries until its lock timeout, as a Mutex's Lock does: a
+// failed Enqueue is retried, not counted as a failed call. A majority is
+// down for 1.5s (3 of 5 killed, restarted empty after more than the 1s
+// TTL), so that every Enqueue then fails. A failed call cannot end before
+// its 500ms timeout, so each client fails at most Duration/LockTimeout+1
+// times, however slow the machine. It fails where one failed Enqueue
+// ends the lock call: each client then fails hundreds of times.
+func TestFairLockCallsTryUntilTheirTimeout(t *testing.T) {
+	sc := scenario(t, "fair: none")
+	sc.Name = "fair: majority down"
+	sc.Config.Duration, sc.Config.LockTimeout = 6*time.Second, 500*time.Millisecond
+	sc.Nemesis = nemesis.KillMinority{Count: 3, Down: 1500 * time.Millisecond, Up: 3 * time.Second}
+	rep := runScenario(t, sc)
+	f := rep.Fair
+	require.NotNil(t, f)
+	t.Logf("fair: %v", f)
+	assert.Zero(t, rep.Result.Violations(), "%v", rep.Result)
+	assert.Zero(t, f.Violations(), "%v", f)
+	assert.Positive(t, f.EnqueueFails, "no Enqueue failed: the majority was never down")
+	most := sc.Config.Clients * int(sc.Config.Duration/sc.Config.LockTimeout+1)
+	assert.LessOrEqual(t, rep.LockFails, most, "lock calls failed before their timeout")
+	// The restarted masters count again 1s after their restart: the lock
+	// works for about 2s of the run, hundreds of hand-offs.
+	assert.Positive(t, f.Granted, "no fair waiter got the lock")
 }

@@ -443,7 +443,7 @@ func Run(ctx context.Context, cfg Config, nem Nemesis) (rep *Report, err error) 
 	}
 	rep.Result = CheckKeys(rec.Sections(), finals)
 	if cfg.Kind == Fair {
-		rep.Fair = CheckFair(env.fairs.all())
+		rep.Fair = env.fairs.check()
 	}
 	for _, w := range workers {
 		rep.LockCalls += w.lockCalls
