@@ -30,6 +30,10 @@ const lateCallFactor = quorum.LateCallFactor
 // asks for the write lock.
 const replyUpgrade = -1
 
+// A reply below replyUpgrade is a refusal that names something: a
+// permit's free slot, -2 - slot.
+const replyFreeSlot = -2
+
 // replyWaited is a master's reply to a last release where an acquire was
 // refused while the Lock held the lock.
 const replyWaited = 2
@@ -104,6 +108,14 @@ func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *Qu
 	}
 	var upgrades int
 	e.Masters, e.Agreed, upgrades = c.masterResults(o, res, e.ctxErr)
+	for i := range e.Masters {
+		if r := res.Master(i); r.Heard && r.Err == nil && r.Val < replyUpgrade {
+			if e.named == nil {
+				e.named = make([]int64, len(e.Masters))
+			}
+			e.named[i] = r.Val
+		}
+	}
 	// A stale read entry on a few masters is no upgrade: it takes a quorum.
 	e.upgrade = upgrades >= c.quorum
 	e.held = e.heldBack()
