@@ -103,6 +103,11 @@ type QuorumError struct {
 	// made the quorum.
 	held []error
 
+	// named are the masters' refusals that named something, by master
+	// index: a permit's free slot (see sem_acquire in scripts.lua). nil
+	// where no refusal did.
+	named []int64
+
 	// lostBy, if set, says why a round that too few masters answered
 	// (ErrNoQuorum) still matches ErrNotHeld. The lock is lost anyway.
 	lostBy string

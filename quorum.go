@@ -33,9 +33,14 @@ const lateCallFactor = quorum.LateCallFactor
 // asks for the write lock.
 const replyUpgrade = -1
 
-// replyHeld - i is a master's reply to a multi-resource acquire that it
-// refused, finding the i-th name (from 0) held.
-const replyHeld = -2
+// Replies below replyUpgrade are refusals that name something; the mode
+// that asked reads them. replyHeld - i: a multi-resource acquire found its
+// i-th name (from 0) held. replyFreeSlot - s: a permit's slot was taken,
+// and slot s is free.
+const (
+	replyHeld     = -2
+	replyFreeSlot = -2
+)
 
 // replyWaited is a master's reply to a last release where an acquire was
 // refused while the Lock held the lock.
@@ -111,6 +116,14 @@ func (c *Client) quorumError(ctx context.Context, o *op, res quorum.Outcome) *Qu
 	}
 	var upgrades int
 	e.Masters, e.Agreed, upgrades = c.masterResults(o, res, e.ctxErr)
+	for i := range e.Masters {
+		if r := res.Master(i); r.Heard && r.Err == nil && r.Val < replyUpgrade {
+			if e.named == nil {
+				e.named = make([]int64, len(e.Masters))
+			}
+			e.named[i] = r.Val
+		}
+	}
 	// A stale read entry on a few masters is no upgrade: it takes a quorum.
 	e.upgrade = upgrades >= c.quorum
 	e.held = e.heldBack()

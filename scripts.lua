@@ -30,7 +30,8 @@
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
--- owner holds a read lock and asked for the write lock (an upgrade). A
+-- owner holds a read lock and asked for the write lock (an upgrade); below
+-- -1, a refusal that names a semaphore's free slot (see sem_acquire). A
 -- last release replies 2 where an acquire was refused while its Lock held
 -- the lock (the value's waited flag), 1 where none was.
 -- An acquire can land after its undo, or after the Lock's last release:
@@ -695,6 +696,21 @@ local function trimPermits(key)
   return now
 end
 
+-- freeSlot returns -2 - s for the first slot s after slot, in turn,
+-- below capacity that no live permit of key holds, or 0 for none. Fewer
+-- than capacity permits must be live: then it reads at most that many.
+local function freeSlot(key, slot, capacity)
+  local taken = {}
+  for _, nonce in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    taken[tonumber(nonce:match('^(%d+)/') or -1)] = true
+  end
+  for k = 1, capacity - 1 do
+    local s = (slot + k) % capacity
+    if not taken[s] then return -2 - s end
+  end
+  return 0
+end
+
 -- extendPermit extends the permit of nonce in key for ttl (ms), never
 -- shorter (see @ttl), and the keys beside it. It replies 1 where the
 -- permit is live, else 0.
@@ -710,16 +726,26 @@ end
 
 --- sem_acquire @tokens @ttl @permits
 -- Admits the permit of nonce ARGV[6] for its slot under capacity
--- ARGV[5] (see @permits). Replies its token (1 when not fencing), else
--- 0. A permit is never re-entered, and a marker of its nonce refuses it.
-local now = trimPermits(KEYS[1])
+-- ARGV[5] (see @permits). Replies its token (1 when not fencing). Where
+-- another live permit holds the slot, and fewer than the capacity are
+-- live, it replies -2 - s, s a slot free here (see freeSlot): the next
+-- attempt need not try the slots in turn. Else it replies 0. A permit
+-- is never re-entered, and a marker of its nonce refuses it.
 local slot, capacity = ARGV[6]:match('^(%d+)/'), tonumber(ARGV[5])
 if not slot or tonumber(slot) >= capacity or tonumber(ARGV[3]) ~= 1 then return 0 end
+-- Full is the common refusal under contention: it counts the live
+-- permits and changes nothing. An admission trims the expired ones.
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') >= capacity then return 0 end
 if redis.call('EXISTS', KEYS[1] .. ':gone:' .. ARGV[6]) == 1 then return 0 end
-if redis.call('ZCARD', KEYS[1]) >= capacity then return 0 end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) -- as trimPermits
 local slots = KEYS[1] .. ':n'
 local other = redis.call('HGET', slots, slot)
-if other and redis.call('ZSCORE', KEYS[1], other) then return 0 end -- this permit's too: landed twice
+if other and redis.call('ZSCORE', KEYS[1], other) then
+  if other == ARGV[6] then return 0 end -- landed twice
+  return freeSlot(KEYS[1], tonumber(slot), capacity)
+end
 local ttl, token = tonumber(ARGV[2]), '1'
 if ARGV[4] ~= '0' then
   -- Fails before the permit is written.

@@ -36,10 +36,15 @@ type ChannelSubscriber interface {
 // closed, zero or nil Client is never woken. newWaker sets its fields;
 // only closed changes after.
 type waker struct {
-	c       chan struct{} // buffered: a release while the waiter is busy is kept
-	all     bool
-	want    string // set: woken only by a publication of want; guarded by watch.mu
-	settled bool   // the watch existed before this waker: see Settled
+	c     chan struct{} // buffered: a release while the waiter is busy is kept
+	all   bool
+	want  string // set: woken only by a publication of want; guarded by watch.mu
+	woken string // the release that woke it last, until taken; guarded by watch.mu
+	// once: a release wakes it with its first copy alone; guarded by
+	// watch.mu. Its waiter does not retry when a later copy comes: it
+	// lost the race for what the release freed, or waits for its timer.
+	once    bool
+	settled bool // the watch existed before this waker: see Settled
 	client  *Client
 	channel string
 	w       *watch // nil if the waker watches nothing
@@ -157,7 +162,8 @@ func (c *Client) wakerInto(ch chan struct{}, channel string, all bool, since tim
 	w.wakers = append(w.wakers, k)
 	if !since.IsZero() {
 		k.settled = !w.ready.IsZero() && w.ready.Before(since)
-		if slices.ContainsFunc(w.recent, func(r released) bool { return !r.last.Before(since) }) {
+		if i := slices.IndexFunc(w.recent, func(r released) bool { return !r.last.Before(since) }); i >= 0 {
+			k.woken = w.recent[i].id
 			select { // a shared channel may be full already: it wakes all the same
 			case k.c <- struct{}{}:
 			default:
@@ -166,6 +172,20 @@ func (c *Client) wakerInto(ch chan struct{}, channel string, all bool, since tim
 	}
 	w.mu.Unlock()
 	return k
+}
+
+// takeWoken returns the identifier of the release that woke k last,
+// and forgets it. It returns "" where no release woke k since the last
+// call. A permit's tells the slot it freed.
+func (k *waker) takeWoken() string {
+	if k.w == nil {
+		return ""
+	}
+	k.w.mu.Lock()
+	defer k.w.mu.Unlock()
+	id := k.woken
+	k.woken = ""
+	return id
 }
 
 // Settled reports whether every master had confirmed the watch's
@@ -369,10 +389,14 @@ func (w *watch) wake(id string) {
 	if i := slices.IndexFunc(w.recent, func(r released) bool { return r.id == id }); i >= 0 {
 		r := &w.recent[i]
 		r.last = now
-		if r.one == nil { // a waiter that came since may have met the release half done
+		one := r.one
+		if one == nil { // a waiter that came since may have met the release half done
 			r.one = w.nextOne()
+			one = r.one
+		} else if one.once {
+			one = nil // every all-waker still
 		}
-		w.signal(r.one)
+		w.signal(one, id)
 		return
 	}
 	if len(w.recent) == maxRecent {
@@ -380,7 +404,7 @@ func (w *watch) wake(id string) {
 	}
 	one := w.nextOne()
 	w.recent = append(w.recent, released{id: id, at: now, last: now, one: one})
-	w.signal(one)
+	w.signal(one, id)
 }
 
 // nextOne returns the next one-waker, rotated to the back, or nil if
@@ -395,11 +419,12 @@ func (w *watch) nextOne() *waker {
 	return one
 }
 
-// signal wakes every all-waker and one, if it is still watching. w.mu
-// must be held.
-func (w *watch) signal(one *waker) {
+// signal wakes every all-waker and one, if it is still watching, for
+// the release id. w.mu must be held.
+func (w *watch) signal(one *waker, id string) {
 	for _, k := range w.wakers {
 		if k.all || k == one {
+			k.woken = id
 			select {
 			case k.c <- struct{}{}:
 			default:
@@ -459,6 +484,18 @@ func (c *Client) contest(channel string, waited bool) {
 		cs.set[channel] = struct{}{}
 	}
 	cs.n.Store(int32(len(cs.set)))
+}
+
+// wakerOnce is wakerOn for a waiter that a release wakes once: not again
+// with its later copies.
+func (c *Client) wakerOnce(channel string, since time.Time) *waker {
+	k := c.wakerOn(channel, false, since)
+	if k.w != nil {
+		k.w.mu.Lock()
+		k.once = true
+		k.w.mu.Unlock()
+	}
+	return k
 }
 
 // wakerFor watches channel for publications of want alone: a fair lock's

@@ -19,7 +19,6 @@ package semaphore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -113,7 +112,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, capacity int) (*redlock.Lock
 	if err := s.check(ctx, "TryAcquire", capacity); err != nil {
 		return nil, err
 	}
-	l, err := s.attempt(ctx, capacity)
+	l, err := s.attempt(ctx, capacity, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -133,46 +132,44 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 	if err := s.check(ctx, "Acquire", capacity); err != nil {
 		return nil, err
 	}
-	waker := func(since time.Time) link.Waker { return permits.NewWaker(s.client, s.name, since) }
+	// The waker is made after the first attempt, and read by later ones,
+	// on this goroutine. A release that woke it freed a slot: the next
+	// attempt tries that one first.
+	var k link.SlotWaker
+	waker := func(since time.Time) link.Waker {
+		k = permits.NewWaker(s.client, s.name, since)
+		return k
+	}
 	return retry.Acquire(ctx, s.client, s.name, s.opts, waker, func(ctx context.Context) (*redlock.Lock, error) {
-		return s.attempt(ctx, capacity)
+		slot := -1
+		if k != nil {
+			slot = k.Freed()
+		}
+		return s.attempt(ctx, capacity, slot)
 	})
 }
 
-// attempt tries the slots below capacity in turn, from one at random,
-// until a quorum admits a permit of one. Each slot is one round; a failed
-// one is undone. It stops at an error that is not a refusal, once ctx
-// ends, or once a round had no master refuse its slot: every slot would
-// fail alike. It returns the last error.
-func (s *Semaphore) attempt(ctx context.Context, capacity int) (*redlock.Lock, error) {
-	first := rand.N(capacity)
+// attempt tries to take a permit of slot, where a release freed it, or
+// of one at random (slot -1). After a refused random slot it tries the
+// slot the masters name free, until a quorum admits a permit. Each slot
+// is one round; a failed one is undone. A freed slot is tried once:
+// other waiters raced for it, and the next release wakes this one. It
+// stops at an error that is not a refusal, once ctx ends, once the
+// refusals name no slot a quorum may admit (the semaphore is full, or
+// too few masters answered), or after capacity rounds. It returns the
+// last error.
+func (s *Semaphore) attempt(ctx context.Context, capacity, slot int) (*redlock.Lock, error) {
+	freed := slot >= 0 && slot < capacity
+	if !freed {
+		slot = rand.N(capacity)
+	}
 	var err error
-	for k := range capacity {
-		slot := first + k // first+k may overflow for a huge capacity
-		if k >= capacity-first {
-			slot = k - (capacity - first)
-		}
+	for range capacity {
 		var l *redlock.Lock
-		l, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, slot, s.opts.TTL)
-		if !retry.Retryable(ctx, err) || !slotRefused(err) {
+		l, slot, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, slot, s.opts.TTL)
+		if !retry.Retryable(ctx, err) || slot < 0 || freed {
 			return l, err
 		}
 	}
 	return nil, err
-}
-
-// slotRefused reports whether a master refused the permit in err, a
-// failed round: its slot was taken there, or the semaphore full. A round
-// that only found masters silent or failing would fail for any slot.
-func slotRefused(err error) bool {
-	var q *redlock.QuorumError
-	if !errors.As(err, &q) {
-		return false
-	}
-	for _, m := range q.Masters {
-		if errors.Is(m.Err, redlock.ErrHeldElsewhere) {
-			return true
-		}
-	}
-	return false
 }
