@@ -201,3 +201,48 @@ func TestCommandsPerPair(t *testing.T) {
 	assert.LessOrEqual(t, float64(total(server))/pairs, 200.0, "server commands per pair")
 	assertOnlyExpiring(t, c, "{cmds}", ttl)
 }
+
+// TestFullSemaphoreRefusesInOneRound: where every permit is held, a try is
+// refused by one round of five calls that writes nothing. Before, it asked
+// every slot in turn (four rounds) and trimmed the permits each time.
+func TestFullSemaphoreRefusesInOneRound(t *testing.T) {
+	c := harness.NewProcessCluster(t, 5, harness.ProcessOptions{})
+	h := &callCounter{calls: map[string]int{}}
+	client := countedClient(t, c, h)
+	const capacity, ttl = 4, 10 * time.Second
+	s := newSemaphore(t, client, "full", &semaphore.Options{TTL: ttl})
+	for range capacity {
+		l, err := s.Acquire(t.Context(), capacity)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+	}
+	time.Sleep(100 * time.Millisecond) // background loads and probes answer
+	before := make([]map[string]int, len(c.Masters))
+	for i := range c.Masters {
+		before[i] = commandStats(t, c, i)
+	}
+	h.mu.Lock()
+	clear(h.calls)
+	h.mu.Unlock()
+
+	_, err := s.TryAcquire(t.Context(), capacity)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+
+	h.mu.Lock()
+	sent := maps.Clone(h.calls)
+	h.mu.Unlock()
+	n := 0
+	for _, v := range sent {
+		n += v
+	}
+	assert.Equal(t, len(c.Masters), n, "one call to each master: %v", sent)
+	for i := range c.Masters {
+		for name, v := range commandStats(t, c, i) {
+			switch d := v - before[i][name]; name {
+			case "info", "evalsha", "fcall", "time", "zcount", "get", "mget", "exists", "zrangebyscore", "hget":
+			default:
+				assert.Zero(t, d, "master %d ran %s", i, name)
+			}
+		}
+	}
+}
