@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,21 +112,22 @@ func (f *Fair) Lock(ctx context.Context) (*redlock.Lock, error) {
 	if err := f.check(ctx, "Lock"); err != nil {
 		return nil, err
 	}
-	delay := 5 * time.Millisecond
+	// No quorum took the ticket: retry as a Mutex does by default.
+	delay := retry.Options{MinRetryDelay: DefaultMinRetryDelay, MaxRetryDelay: DefaultMaxRetryDelay}.Backoff()
 	for {
 		t, err := f.enqueue(ctx)
 		if err != nil {
 			if !errors.Is(err, redlock.ErrNotObtained) || ctx.Err() != nil {
 				return nil, fairCtxErr(ctx, err)
 			}
-			timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
+			timer := time.NewTimer(delay.Draw())
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
 				timer.Stop()
 				return nil, fairCtxErr(ctx, err)
 			}
-			delay = min(2*delay, f.opts.WaiterTTL/3)
+			delay.Double()
 			continue
 		}
 		l, err := t.Wait(ctx)

@@ -180,7 +180,7 @@ func newFairLocker(c *redlock.Client, id int, cfg Config, key int, env *Env) (lo
 // other lockers, not Enqueue calls. It takes the tickets one by one,
 // rather than calling Fair.Lock, to record each.
 func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
-	delay := 5 * time.Millisecond // Fair.Lock's
+	delay := mutex.DefaultMinRetryDelay // Fair.Lock's schedule
 	for {
 		l, err := x.ticket(ctx)
 		switch {
@@ -198,7 +198,7 @@ func (x *fairLocker) lock(ctx context.Context) (*redlock.Lock, bool, error) {
 		if !Sleep(ctx, delay/2+mrand.N(delay/2+1)) {
 			return nil, false, fmt.Errorf("%w; gave up waiting: %w", err, ctx.Err())
 		}
-		delay = min(2*delay, x.ttl/3)
+		delay = min(2*delay, mutex.DefaultMaxRetryDelay)
 	}
 }
 

@@ -65,6 +65,22 @@ func (o Options) Check(client *redlock.Client, key, what string) (Options, error
 	return o, nil
 }
 
+// Backoff is a retry delay that doubles from MinRetryDelay up to
+// MaxRetryDelay. It is not safe for concurrent use.
+type Backoff struct{ delay, most time.Duration }
+
+// Backoff returns the delay of a first retry.
+func (o Options) Backoff() *Backoff {
+	return &Backoff{o.MinRetryDelay, o.MaxRetryDelay}
+}
+
+// Draw returns a delay drawn at random from the upper half of the current
+// one, so that competing clients fall out of step.
+func (b *Backoff) Draw() time.Duration { return b.delay/2 + rand.N(b.delay/2+1) }
+
+// Double doubles the delay, up to MaxRetryDelay.
+func (b *Backoff) Double() { b.delay = min(2*b.delay, b.most) }
+
 // NilContext is the error of call op (such as "Mutex.Lock") on key when
 // its context is nil. The call is refused before anything is done.
 func NilContext(op, key string) error {
@@ -168,7 +184,7 @@ func Until(ctx context.Context, waker link.Waker, opts Options,
 			waker.GiveUp()
 		}
 	}()
-	delay := opts.MinRetryDelay
+	delay := opts.Backoff()
 	for again := !waker.Settled(); ; again = true {
 		if again {
 			var l *redlock.Lock
@@ -177,11 +193,11 @@ func Until(ctx context.Context, waker link.Waker, opts Options,
 				return l, CtxErr(ctx, err)
 			}
 		}
-		timer := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		timer := time.NewTimer(delay.Draw())
 		select {
 		case <-waker.Wake():
 		case <-timer.C:
-			delay = min(2*delay, opts.MaxRetryDelay)
+			delay.Double()
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, CtxErr(ctx, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -26,4 +27,19 @@ func TestWaitErrorMatchesTheContextThatEnded(t *testing.T) {
 	})
 	require.ErrorIs(t, err, refused)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestBackoffDoublesUpToItsMost: the delays double from the least to the
+// most and stay there; each is drawn from the upper half of its step.
+func TestBackoffDoublesUpToItsMost(t *testing.T) {
+	b := Options{MinRetryDelay: 5 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}.Backoff()
+	for _, step := range []time.Duration{5, 10, 20, 40, 80, 160, 200, 200, 200} {
+		step *= time.Millisecond
+		for range 20 {
+			d := b.Draw()
+			require.GreaterOrEqual(t, d, step/2, "step %v", step)
+			require.LessOrEqual(t, d, step, "step %v", step)
+		}
+		b.Double()
+	}
 }
