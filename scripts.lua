@@ -30,7 +30,8 @@
 -- with a new Lock while an old one's late calls are still under way, and
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
--- owner holds a read lock and asked for the write lock (an upgrade). A
+-- owner holds a read lock and asked for the write lock (an upgrade);
+-- -1-i, from multi_acquire only, that it refused, its i-th name held. A
 -- last release replies 2 where an acquire was refused while its Lock held
 -- the lock (the value's waited flag), 1 where none was.
 -- An acquire can land after its undo, or after the Lock's last release:
