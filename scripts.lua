@@ -31,7 +31,8 @@
 -- extend, release and fence act only on the Lock whose nonce is stored.
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade); below
--- -1, a refusal that names a semaphore's free slot (see sem_acquire). A
+-- -1, a refusal that names something: from sem_acquire, -2-s, slot s free;
+-- from multi_acquire, -1-i, its i-th name held. A
 -- last release replies 2 where an acquire was refused while its Lock held
 -- the lock (the value's waited flag), 1 where none was.
 -- An acquire can land after its undo, or after the Lock's last release:

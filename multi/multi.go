@@ -107,8 +107,8 @@ func (m *Mutex) Names() []string {
 // a comma or starts with a double quote: Names tells them as they are.
 func Names(l *redlock.Lock) []string { return locks.Names(l) }
 
-// Held returns the names that masters found held by another lock, as
-// reported in err, an error of TryAcquire, Acquire or Do: sorted, each
+// Held returns the names that masters found held by another Lock or by
+// readers, as reported in err, an error of TryAcquire, Acquire or Do: sorted, each
 // once; nil if none was. A master names the first of its names it finds
 // held, so a name held after it there goes unreported.
 func Held(err error) []string { return locks.Held(err) }

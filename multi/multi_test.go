@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -150,13 +151,25 @@ func TestAllOrNothing(t *testing.T) {
 // A refusal names the names found held, each master the first of its
 // own, in its part of the error: b on one master, d on the others. Each
 // master's part says "redlock:" once. A round is decided once three of
-// the five masters refused: the others may not have answered yet. So it
-// tries until masters of both names answered, at most 50 times.
+// the five masters refused: the others may not have answered yet, nor,
+// on a busy machine, within MasterTimeout or the connection's read
+// timeout (then fewer refused, and the round is no contention). So it tries until masters of both names
+// answered, at most 50 times.
 func TestRefusalNamesHeld(t *testing.T) {
 	c, clients := own(t, 2)
 	ctx := t.Context()
 	held, err := clients[0].Acquire(ctx, "d", 10*time.Second)
 	require.NoError(t, err)
+	// Three agreements decided it: the others' may still be landing, and
+	// a master without d would take the multi-resource lock.
+	require.Eventually(t, func() bool {
+		for i := range c.Masters {
+			if n, err := c.Admin(i).Exists(ctx, "{d}").Result(); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "d is not held on every master")
 	require.NoError(t, c.Admin(0).Set(ctx, "{b}", "1:0:0:2:n9o9", 10*time.Second).Err())
 	m := newMulti(t, clients[1], []string{"d", "c", "b", "a"}, nil)
 	for range 50 {
@@ -170,8 +183,9 @@ func TestRefusalNamesHeld(t *testing.T) {
 			if i == 0 {
 				want = "b"
 			}
-			if errors.Is(r.Err, redlock.ErrNoReply) {
-				continue
+			var ne net.Error
+			if errors.Is(r.Err, redlock.ErrNoReply) || errors.Is(r.Err, redlock.ErrMasterTimeout) || errors.As(r.Err, &ne) && ne.Timeout() {
+				continue // no answer in time
 			}
 			require.ErrorIs(t, r.Err, redlock.ErrHeldElsewhere, "master %d", i)
 			assert.Equal(t, fmt.Sprintf("redlock: %q held by another owner", want), r.Err.Error(), "master %d", i)
@@ -181,7 +195,9 @@ func TestRefusalNamesHeld(t *testing.T) {
 		slices.Sort(named)
 		assert.Equal(t, slices.Compact(named), multi.Held(err))
 		assert.Equal(t, 1, strings.Count(err.Error(), "redlock:"), err.Error())
-		assert.Equal(t, "contended", redlock.Outcome(err))
+		if len(named) >= 3 { // the refusals alone leave no quorum
+			assert.Equal(t, "contended", redlock.Outcome(err))
+		}
 		if len(multi.Held(err)) == 2 {
 			break
 		}

@@ -167,9 +167,9 @@ func (c *electCmd) print(info election.LeaderInfo, now time.Time) {
 }
 
 // electHolder returns the holder of -elect: it campaigns with -value,
-// runs the child while it leads, with its epoch as the fencing token, and resigns when the child exits. After
-// a loss of the lead, which stopped the child, it campaigns again, until
-// ctx ends.
+// runs the child while it leads, with its epoch as the fencing token,
+// and resigns when the child exits. After a loss of the lead, which
+// stopped the child, it campaigns again, until ctx ends.
 func (c *runCmd) electHolder(client *redlock.Client) (holder, error) {
 	e, err := election.New(client, c.elect, &election.Options{TTL: c.ttl})
 	if err != nil {

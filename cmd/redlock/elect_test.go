@@ -27,6 +27,26 @@ func electRun(ctx context.Context, cluster *harness.Cluster, stdout *syncBuffer,
 	return code, stderr.String()
 }
 
+// tokensIn returns the tokens of the lines "what TOKEN" in the file at
+// path, in order, each a positive decimal number.
+func tokensIn(t *testing.T, path, what string) []uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var tokens []uint64
+	for line := range strings.Lines(string(b)) {
+		token, ok := strings.CutPrefix(strings.TrimSpace(line), what+" ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(token, 10, 64)
+		require.NoError(t, err, "%s: %q", path, line)
+		require.Positive(t, n, "%s: %q", path, line)
+		tokens = append(tokens, n)
+	}
+	return tokens
+}
+
 // countIn returns how many times s occurs in the file at path.
 func countIn(path, s string) int {
 	b, _ := os.ReadFile(path)
@@ -37,14 +57,16 @@ func countIn(path, s string) int {
 // child gets SIGTERM, the waiting second run leads and runs its child,
 // which exits, so it resigns; the first run then leads again and runs
 // its child again, until it is interrupted. Its exit status is its
-// child's last.
+// child's last. Each child gets its lead's epoch as the fencing token:
+// the second run's is larger than the first lead's, and the first run's
+// new lead has a new one, larger still.
 func TestRunElectLossAndHandOver(t *testing.T) {
 	cluster := harness.NewProcessCluster(t, 5, harness.ProcessOptions{})
 	ctx := t.Context()
 	dir := t.TempDir()
 	first, second := filepath.Join(dir, "first"), filepath.Join(dir, "second")
 	// sh runs the trap once the sleep under way ends.
-	script := `trap 'echo TERM >> "$0"; exit 7' TERM; echo started >> "$0"; while :; do sleep 0.05; done`
+	script := `trap 'echo TERM >> "$0"; exit 7' TERM; echo "started $REDLOCK_FENCING_TOKEN" >> "$0"; while :; do sleep 0.05; done`
 
 	type result struct {
 		code   int
@@ -63,9 +85,12 @@ func TestRunElectLossAndHandOver(t *testing.T) {
 	code, stderr := electRun(ctx, cluster, &out, "leader", "job")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out.String(), `leader "a" epoch `)
+	lead1 := tokensIn(t, first, "started")
+	require.Len(t, lead1, 1)
+	assert.Contains(t, out.String(), fmt.Sprintf(`leader "a" epoch %d `, lead1[0]), "the first child's token is not its lead's epoch")
 
 	go func() {
-		code, stderr := runRun(ctx, cluster, "-elect", "job", "-value", "b", "-ttl", "1500ms", "--", "sh", "-c", `echo second >> "$0"`, second)
+		code, stderr := runRun(ctx, cluster, "-elect", "job", "-value", "b", "-ttl", "1500ms", "--", "sh", "-c", `echo "second $REDLOCK_FENCING_TOKEN" >> "$0"`, second)
 		secondDone <- result{code, stderr}
 	}()
 	// The second run waits while the first leads, over several renewals
@@ -100,6 +125,12 @@ func TestRunElectLossAndHandOver(t *testing.T) {
 	assert.Equal(t, 7, r.code, "the child's last exit status: %s", r.stderr)
 	assert.Contains(t, r.stderr, "campaigning again")
 	assert.Equal(t, 2, countIn(first, "TERM"))
+	leads := tokensIn(t, first, "started")
+	handedOver := tokensIn(t, second, "second")
+	require.Len(t, leads, 2)
+	require.Len(t, handedOver, 1)
+	assert.Less(t, leads[0], handedOver[0], "the second leader's epoch")
+	assert.Less(t, handedOver[0], leads[1], "the first run's new lead's epoch")
 
 	out = syncBuffer{}
 	code, _ = electRun(ctx, cluster, &out, "leader", "job")

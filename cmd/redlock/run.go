@@ -213,8 +213,8 @@ func beforeValidity(ctx context.Context, until func() time.Time, grace time.Dura
 }
 
 // child runs the command, with token in its environment, until it exits,
-// and returns its exit status. When ctx ends, it sends SIGTERM to the command's process group, then
-// SIGKILL after the grace. When the command exits, the rest of its group
+// and returns its exit status. When ctx ends, it sends SIGTERM to the
+// command's process group, then SIGKILL after the grace. When the command exits, the rest of its group
 // is killed: nothing it started works on without the lock.
 func (c *runCmd) child(ctx context.Context, token uint64) (int, error) {
 	cmd := exec.CommandContext(ctx, c.argv[0], c.argv[1:]...)

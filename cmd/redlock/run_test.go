@@ -329,8 +329,10 @@ func runWithToken(t *testing.T, cluster *harness.Cluster, check func(token strin
 }
 
 // The child gets the lock's fencing token, as inspect reads it on the
-// masters while the child runs; the next run's token is larger.
+// masters while the child runs, in place of an outer redlock run's; the
+// next run's token is larger.
 func TestRunFencingToken(t *testing.T) {
+	t.Setenv(tokenEnv, "18446744073709551615") // as under an outer run
 	cluster := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
 	held := func(token string) {
 		w := mustView(t, cluster, "job").Writer
