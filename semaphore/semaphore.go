@@ -150,24 +150,24 @@ func (s *Semaphore) Acquire(ctx context.Context, capacity int) (*redlock.Lock, e
 }
 
 // attempt tries to take a permit of slot, where a release freed it, or
-// of one at random (slot -1). After a refused random slot it tries the
-// slot the masters name free, until a quorum admits a permit. Each slot
-// is one round; a failed one is undone. A freed slot is tried once:
-// other waiters raced for it, and the next release wakes this one. It
+// of one at random (slot -1). After a refusal it tries the slot the
+// masters name free, until a quorum admits a permit. Each slot is one
+// round; a failed one is undone. A freed slot that another permit took
+// first ends no attempt: the slot named may be one no release announces
+// (its permit expired), or one whose release woke this waiter too. It
 // stops at an error that is not a refusal, once ctx ends, once the
 // refusals name no slot a quorum may admit (the semaphore is full, or
 // too few masters answered), or after capacity rounds. It returns the
 // last error.
 func (s *Semaphore) attempt(ctx context.Context, capacity, slot int) (*redlock.Lock, error) {
-	freed := slot >= 0 && slot < capacity
-	if !freed {
+	if slot < 0 || slot >= capacity {
 		slot = rand.N(capacity)
 	}
 	var err error
 	for range capacity {
 		var l *redlock.Lock
 		l, slot, err = permits.AcquirePermit(ctx, s.client, s.name, capacity, slot, s.opts.TTL)
-		if !retry.Retryable(ctx, err) || slot < 0 || freed {
+		if !retry.Retryable(ctx, err) || slot < 0 {
 			return l, err
 		}
 	}
