@@ -40,8 +40,10 @@ func (permits) AcquirePermit(ctx context.Context, c *Client, name string, capaci
 
 // nextSlot returns the slot below capacity that the masters' refusals in
 // err named free most often, or -1. It is -1 unless the masters that
-// named a slot, with those that agreed, make a quorum. Else no slot can
-// be admitted now: too many masters are full, or gave no answer.
+// named a slot, with those that agreed and those the round was decided
+// without, could make a quorum. Else no slot can be admitted now: too
+// many masters are full, or gave no answer. A round decided by one
+// refusal (three masters up of five) hears one name: worth a round.
 func nextSlot(err error, capacity int) int {
 	var q *QuorumError
 	if !errors.As(err, &q) || q.named == nil {
@@ -57,7 +59,13 @@ func nextSlot(err error, capacity int) int {
 			best, most = int(replyFreeSlot-v), n
 		}
 	}
-	if named+q.Agreed < q.Quorum {
+	unheard := 0
+	for _, m := range q.Masters {
+		if m.Err == ErrNoReply { // not silent, nor withdrawn: decided without it
+			unheard++
+		}
+	}
+	if named+q.Agreed+unheard < q.Quorum {
 		return -1
 	}
 	return best
