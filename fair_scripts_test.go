@@ -87,3 +87,51 @@ func TestFairLateUndoQueuesNothingOnARealMaster(t *testing.T) {
 	time.Sleep((short + 300) * time.Millisecond)
 	assert.Equal(t, int64(1), f.ahead("y", y, wait), "the late entry expired")
 }
+
+// A grant drops its waiter's entry, but its round may fail and its undo
+// put the entry back under the same ticket: until then a later enqueue
+// must still count above that ticket, even where the queue is left empty
+// (the grant took the last entry, or the waiter behind left or expired).
+// Every master of a quorum runs the same scripts, so one master shows it.
+// It fails where the counter goes with the last entry: the later waiter
+// gets ticket 1, queues ahead of the earlier one, and takes the lock
+// first ("Why the order holds", 1).
+func TestFairGrantInFlightKeepsTheCounter(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	f := fairScripts{t: t, rdb: cl.Admin(0), key: lockKey("inflight")}
+	const wait = 60_000
+	q := queueKey(f.key)
+
+	f.enqueue("z", wait)
+	b := f.enqueue("b", wait) // ticket 2
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "z", wait))
+	require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n1", 1, b, wait), "b's attempt is granted here")
+	a := f.enqueue("a", wait)
+	assert.Greater(t, a, b, "a queued after b, which still waits")
+	require.Equal(t, int64(1), f.lock(fairMode.undo, "b", "n1", 0, b, wait, markMissing), "b's round failed")
+	assert.Equal(t, int64(0), f.ahead("b", b, wait), "b is first again")
+	assert.Equal(t, int64(0), f.lock(fairMode.acquire, "a", "n2", 1, a, wait), "a is refused: b is ahead")
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "a", wait))
+
+	// The waiter behind leaves, or expires, while b's grant is in flight.
+	w := f.enqueue("w", wait)
+	require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n3", 1, b, wait))
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "w", wait))
+	a = f.enqueue("a", wait)
+	assert.Greater(t, a, b, "after a leave")
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "a", wait))
+	f.enqueue("e", 1)
+	time.Sleep(5 * time.Millisecond) // e expires: the next script drops it
+	a = f.enqueue("a", wait)
+	assert.Greater(t, a, b, "after an expiry")
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "a", wait))
+	require.Equal(t, int64(1), f.lock(fairMode.undo, "b", "n3", 0, b, wait, markMissing))
+	assert.Less(t, w, a)
+
+	// A grant that holds: its release leaves no queue key behind.
+	require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n4", 1, b, wait))
+	require.Equal(t, int64(1), f.lock(fairMode.release, "b", "n4", 0, b, wait))
+	n, err := f.rdb.Exists(t.Context(), q, q+"e", q+"c").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "queue keys left after the last release")
+}

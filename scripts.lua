@@ -817,18 +817,25 @@ return 1
 -- the master's clock); Q..'c', the ticket counter. All hash to K's slot.
 -- The order is (ticket, id), the sorted set's own. A waiter's id is the
 -- owner of the Lock it takes. Each key lives at least as long as its
--- latest expiry; the counter goes once the queue is empty, so tickets stay
--- far below 2^53, exact as scores. The id of the waiter that is next is
--- published on channel Q, so that it alone retries at once.
+-- latest expiry; the counter goes once the queue is empty and the lock
+-- free (see dropEmpty), so tickets stay far below 2^53, exact as scores.
+-- The id of the waiter that is next is published on channel Q, so that
+-- it alone retries at once.
 
 -- headOf returns the id of the first waiter of queue q, or nil.
 local function headOf(q)
   return redis.call('ZRANGE', q, 0, 0)[1]
 end
 
--- dropEmpty deletes the counter of q once no waiter is left there.
+-- dropEmpty deletes the counter of q once no waiter is left there and
+-- the lock is not held. A grant drops its waiter's entry, but its round
+-- may fail, and the undo put the entry back under the same ticket: until
+-- then, a later enqueue must still count above it.
 local function dropEmpty(q)
-  if redis.call('EXISTS', q) == 0 then redis.call('DEL', q .. 'c', q .. 'e') end
+  if redis.call('EXISTS', q) == 1 then return end
+  local v = redis.pcall('GET', q:sub(1, -3)) -- K: another type holds nothing
+  if type(v) == 'string' and select(4, parse(v)) then return end
+  redis.call('DEL', q .. 'c', q .. 'e')
 end
 
 -- trimQueue drops the waiters of q whose expiry passed and returns the
@@ -953,6 +960,6 @@ if ARGV[3] == '0' then
   if left then redis.call('ZREM', q .. 'e', ARGV[1]) end
   local next = headOf(q)
   if next and (first or type(reply) == 'number' and reply > 0) then redis.call('PUBLISH', q, next) end
-  if left then dropEmpty(q) end
+  dropEmpty(q) -- the grant left the counter
 end
 return reply

@@ -368,7 +368,7 @@ func (t *Ticket) abandon() {
 // ends, or the ticket is lost or cancelled. It tries when no live ticket
 // was ahead at the last renewal, when a master publishes that this ticket
 // is next, and at a release of the name (a Mutex's too) while no ticket
-// is known ahead. On success the ticket leaves the queue. If ctx ends
+// is known ahead or since it was published as next. On success the ticket leaves the queue. If ctx ends
 // first, the ticket stays queued: Wait again or Cancel; the error matches
 // ctx.Err(). A lost ticket's error wraps ErrTicketLost.
 func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
@@ -392,6 +392,9 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 	default:
 	}
 	var last error
+	// next: a master published this ticket as next since its last
+	// renewal, whose count of tickets ahead is then out of date.
+	next := false
 	for try := true; ; {
 		if try {
 			l, err := t.attempt(ctx)
@@ -408,16 +411,19 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 		}
 		select {
 		case <-waker.Next():
-			try = true
+			try, next = true, true
 		case <-waker.Freed():
 			// A release of any hold of the name: only a waiter that may
-			// be first tries, not the whole queue.
+			// be first tries, not the whole queue. One published as next
+			// may be, whatever its last renewal found: a Mutex may have
+			// kept it out since.
 			t.mu.Lock()
-			try = t.ahead <= 0
+			try = t.ahead <= 0 || next
 			t.mu.Unlock()
 		case <-live:
 			live, try = nil, true
 		case <-t.tick:
+			next = false
 			t.mu.Lock()
 			try = t.ahead == 0
 			t.mu.Unlock()

@@ -477,6 +477,50 @@ func TestFairWaiterWokenByMutexRelease(t *testing.T) {
 	assertQueueGone(t, c)
 }
 
+// A waiter that a master published as next, and that a Mutex then kept
+// out, tries at the Mutex's release, though its last renewal found a
+// ticket ahead: that ticket left since. Waiter b renews behind a (its
+// Position is 1); a Mutex takes the lock, which does not queue; a cancels,
+// so b is published as next, tries, and is refused by the Mutex. It fails
+// where a release wakes only a waiter whose last renewal found no one
+// ahead: b tries at its renewal, a third of its waiter TTL (30s) after it
+// queued, about 10s later. Bound: a publication and one round; margin to
+// 500ms for a busy machine.
+func TestFairNextWaiterWokenByMutexRelease(t *testing.T) {
+	c, clients := fairCluster(t, 2)
+	ctx := t.Context()
+	const name = "nextplain"
+	m, err := mutex.New(clients[0], name, &mutex.Options{TTL: 10 * time.Second})
+	require.NoError(t, err)
+	f, err := mutex.NewFair(clients[1], name, &mutex.FairOptions{TTL: 2 * time.Second, WaiterTTL: 30 * time.Second})
+	require.NoError(t, err)
+	a, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	b, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	p, err := b.Position(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, p)
+	require.NoError(t, m.Lock(ctx))
+	got := waitIn(t, b)
+	key := "{" + name + "}"
+	require.Eventually(t, func() bool {
+		for i := range c.Masters {
+			n, err := c.Admin(i).PubSubNumSub(ctx, key, key+":q").Result()
+			if err != nil || n[key] < 1 || n[key+":q"] < 1 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 5*time.Millisecond, "b never subscribed on every master")
+	a.Cancel()
+	awaitRefusedAndSubscribed(t, c, name, 1)
+	released := time.Now()
+	require.NoError(t, m.Unlock(ctx))
+	assert.Less(t, awaitGrant(t, got, released), 500*time.Millisecond)
+	assertQueueGone(t, c)
+}
+
 // A release published before the waiter's subscriptions are confirmed is
 // missed: the waiter tries once more when they are. The waiter's client
 // dials nothing from before its first try until after the release, so its
