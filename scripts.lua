@@ -790,8 +790,8 @@ return 1
 -- the master's clock); Q..'c', the ticket counter. All hash to K's slot.
 -- The order is (ticket, id), the sorted set's own. A waiter's id is the
 -- owner of the Lock it takes. Each key lives at least as long as its
--- latest expiry; the counter goes once the queue is empty, so tickets stay
--- far below 2^53, exact as scores. The id of the waiter that is next is
+-- latest expiry; the counter goes once the queue is empty and K free, so
+-- tickets stay far below 2^53, exact as scores. The id of the waiter that is next is
 -- published on channel Q, so that it alone retries at once.
 
 -- headOf returns the id of the first waiter of queue q, or nil.
@@ -799,9 +799,14 @@ local function headOf(q)
   return redis.call('ZRANGE', q, 0, 0)[1]
 end
 
--- dropEmpty deletes the counter of q once no waiter is left there.
+-- dropEmpty deletes the counter of q (K..':q') once no waiter is left there
+-- and K is free. While K is held, the grant that dropped its holder's entry
+-- may be undone, which queues it again under its ticket: a waiter that
+-- queued meanwhile must have got a later one, not a restarted counter's.
 local function dropEmpty(q)
-  if redis.call('EXISTS', q) == 0 then redis.call('DEL', q .. 'c', q .. 'e') end
+  if redis.call('EXISTS', q) == 0 and not parse(redis.call('GET', q:sub(1, -3))) then
+    redis.call('DEL', q .. 'c', q .. 'e')
+  end
 end
 
 -- trimQueue drops the waiters of q whose expiry passed and returns the
@@ -879,7 +884,8 @@ return 1
 -- acquire, for waiter ARGV[1] of ticket ARGV[5] ("ticket:waiter TTL"): a
 -- new lock is granted only where no live waiter is ahead of the ticket
 -- here. Mutual exclusion is acquire's: the queue only refuses more. The
--- grant drops the waiter's entry. A re-entry is acquire's.
+-- grant drops the waiter's entry, but not the counter (see dropEmpty). A
+-- re-entry is acquire's.
 if ARGV[3] ~= '1' then return acquireLock(KEYS, ARGV) end
 local q = KEYS[1] .. ':q'
 trimQueue(q)
@@ -893,7 +899,6 @@ local reply = acquireLock(KEYS, ARGV)
 if type(reply) == 'string' or type(reply) == 'number' and reply > 0 then
   redis.call('ZREM', q, ARGV[1])
   redis.call('ZREM', q .. 'e', ARGV[1])
-  dropEmpty(q)
 end
 return reply
 
@@ -926,6 +931,6 @@ if ARGV[3] == '0' then
   if left then redis.call('ZREM', q .. 'e', ARGV[1]) end
   local next = headOf(q)
   if next and (first or type(reply) == 'number' and reply > 0) then redis.call('PUBLISH', q, next) end
-  if left then dropEmpty(q) end
+  dropEmpty(q)
 end
 return reply
