@@ -212,6 +212,7 @@ func TestFairDeadWaiterDelaysNextByItsTTL(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the next waiter never got the lock")
 	}
+	<-got // its Release, before Cleanup closes the client: closed once done
 }
 
 // Cancel leaves the queue at once: the waiter behind is next without
@@ -434,6 +435,7 @@ func awaitGrant(t *testing.T, got <-chan time.Time, since time.Time) time.Durati
 	case at, ok := <-got:
 		require.True(t, ok, "the waiter failed")
 		t.Logf("granted %v after", at.Sub(since))
+		<-got // its Release, before Cleanup closes the client: closed once done
 		return at.Sub(since)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter never got the lock")
