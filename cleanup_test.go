@@ -90,10 +90,17 @@ func TestUndoIsRetriedWithEvalUntilTheMasterAnswers(t *testing.T) {
 	assert.Equal(t, []string{"acquire", "release"}, fs[4].callNames())
 }
 
+// fakeAnswerTimeout is the MasterTimeout of the tests whose rounds must
+// be decided by fakes that answer: an in-process fake answers at once, but
+// a race build on a busy machine missed 10ms (the Release of
+// TestLastReleaseIsRetriedWhereItGotNoAnswer: "master0: no reply within
+// the master timeout"). A cleanup's retries come 0.5-1 MasterTimeout apart.
+const fakeAnswerTimeout = 200 * time.Millisecond
+
 func TestLastReleaseIsRetriedWhereItGotNoAnswer(t *testing.T) {
 	fs := fakes(3)
 	masters, fl := withFlaky(fs, 2)
-	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	c, err := New(masters, &Options{MasterTimeout: fakeAnswerTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	l, err := c.Acquire(context.Background(), "k", time.Hour)
@@ -152,9 +159,10 @@ func TestCloseGivesUpOnUnreachableMaster(t *testing.T) {
 // TestCleanupIsRetriedUntilTheKeyExpires: a master loses the last release
 // many times over (it is down); the release is retried until the master
 // answers, however many tries that takes, as long as the key may exist.
+// 100 tries 0.1-0.2s apart take about 15s: bound 40s.
 func TestCleanupIsRetriedUntilTheKeyExpires(t *testing.T) {
 	_, fl := releaseLostOn(t, time.Hour, false)
-	require.Eventually(t, func() bool { return fl.fails.Load() < 1<<30-100 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return fl.fails.Load() < 1<<30-100 }, 40*time.Second, time.Millisecond,
 		"100 tries, far more than any fixed number")
 	fl.fails.Store(0)
 	require.Eventually(t, func() bool { return !held(fl.fakeMaster) }, 5*time.Second, time.Millisecond,
@@ -167,10 +175,10 @@ func TestCleanupIsRetriedUntilTheKeyExpires(t *testing.T) {
 func TestReleaseIsRetriedForTheLongestTTLSent(t *testing.T) {
 	t.Cleanup(func(d time.Duration) func() { return func() { quorum.MaxCleanupDelay = d } }(quorum.MaxCleanupDelay))
 	quorum.MaxCleanupDelay = 10 * time.Millisecond
-	const ttl = 500 * time.Millisecond // Extend must come within it
+	const ttl = time.Second // Extend must come within it; 4*MasterTimeout at least
 	fs := fakes(3)
 	masters, fl := withFlaky(fs, 2)
-	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	c, err := New(masters, &Options{MasterTimeout: fakeAnswerTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before quorum.MaxCleanupDelay is restored
 	ctx := context.Background()
@@ -207,7 +215,7 @@ func releaseLostOn(t *testing.T, ttl time.Duration, reply bool) (*Client, *flaky
 	fs := fakes(3)
 	masters, fl := withFlaky(fs, 2)
 	fl.reply = reply
-	c, err := New(masters, &Options{MasterTimeout: 10 * time.Millisecond})
+	c, err := New(masters, &Options{MasterTimeout: fakeAnswerTimeout})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) }) // before quorum.MaxCleanupDelay is restored
 	l, err := c.Acquire(context.Background(), "k", ttl)
@@ -220,21 +228,22 @@ func releaseLostOn(t *testing.T, ttl time.Duration, reply bool) (*Client, *flaky
 }
 
 // assertCleanerStops checks that master i's cleaner retried and then
-// stopped for good.
+// stopped for good. The most it waits for is quorum.MaxErrorReplies
+// retries 0.1-0.2s apart, about 5s: bound 20s.
 func assertCleanerStops(t *testing.T, c *Client, i int, fl *flakyMaster) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		return !c.engine.Retrying(i) && fl.fails.Load() < 1<<30-1 // the first try and one retry at least
-	}, 5*time.Second, time.Millisecond, "the cleaner stopped")
+	}, 20*time.Second, time.Millisecond, "the cleaner stopped")
 	left := fl.fails.Load()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(2 * fakeAnswerTimeout) // longer than a retry's wait
 	assert.Equal(t, left, fl.fails.Load(), "no try after it stopped")
 }
 
 // TestCleanupStopsOnceTheKeyHasExpired: a release lost on a master that
 // never answers is retried until the key has expired there, and no longer.
 func TestCleanupStopsOnceTheKeyHasExpired(t *testing.T) {
-	c, fl := releaseLostOn(t, 500*time.Millisecond, false)
+	c, fl := releaseLostOn(t, time.Second, false)
 	assertCleanerStops(t, c, 2, fl)
 }
 

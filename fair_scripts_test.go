@@ -135,3 +135,52 @@ func TestFairGrantInFlightKeepsTheCounter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n, "queue keys left after the last release")
 }
+
+// A grant that its round then undoes keeps the ticket counter: a waiter
+// that queues between the two gets a ticket after the undone waiter's,
+// not a counter restarted at 1 that puts it ahead once the undo queued
+// the first waiter again. It fails where the grant, or another waiter's
+// leave while the lock is held, deletes the counter of the queue it left
+// empty: the later waiter gets ticket 1 and passes. The counter goes once
+// the queue is empty and the lock free.
+func TestFairUndoneGrantKeepsTheCounter(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		name := "grant empties the queue"
+		if other {
+			name = "a leave empties it"
+		}
+		t.Run(name, func(t *testing.T) {
+			cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+			f := fairScripts{t: t, rdb: cl.Admin(0), key: lockKey("undone")}
+			const wait = 60_000
+			q := queueKey(f.key)
+
+			w, b := f.enqueue("w", wait), f.enqueue("b", wait)
+			require.Equal(t, int64(1), f.lock(fairMode.acquire, "w", "n0", 1, w, wait), "w takes the lock")
+			if other {
+				f.enqueue("c", wait)
+			}
+			require.Equal(t, int64(1), f.lock(fairMode.release, "w", "n0", 0, w, wait))
+			require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n1", 1, b, wait), "b's grant, which its round will undo")
+			if other {
+				require.Equal(t, int64(1), f.run(fairLeaveScript, "c", wait), "c leaves the queue empty")
+			}
+			a := f.enqueue("a", wait) // queued after b, which still waits
+			assert.Greater(t, a, b, "a's ticket")
+			require.Equal(t, int64(1), f.lock(fairMode.undo, "b", "n1", 0, b, wait, markMissing), "b's undo")
+			assert.Equal(t, int64(0), f.ahead("b", b, wait), "b is first again")
+			assert.Equal(t, int64(1), f.ahead("a", a, wait), "b is ahead of a")
+			assert.Equal(t, int64(0), f.lock(fairMode.acquire, "a", "n2", 1, a, wait), "a is refused")
+
+			require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n3", 1, b, wait))
+			require.Equal(t, int64(1), f.run(fairLeaveScript, "a", wait))
+			n, err := f.rdb.Exists(t.Context(), q+"c").Result()
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), n, "the counter while b holds the lock")
+			require.Equal(t, int64(1), f.lock(fairMode.release, "b", "n3", 0, b, wait))
+			n, err = f.rdb.Exists(t.Context(), q, q+"c", q+"e").Result()
+			require.NoError(t, err)
+			assert.Zero(t, n, "queue keys left once the queue is empty and the lock free")
+		})
+	}
+}

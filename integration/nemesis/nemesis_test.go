@@ -126,6 +126,13 @@ func TestSafeScenarios(t *testing.T) {
 // the resulting data corruption or, when fencing is wired, the stale
 // operations the resource rejected. A semaphore run must show a crowd, a
 // slot held twice at once, or a lost update.
+//
+// A fault only breaks what a client does while it lasts: on a busy
+// machine a run may have too few sections for two to meet (an election
+// run made 4 in 19s under -race, at a load of 20 on 2 cores, and showed
+// nothing; another showed nothing in 2 runs of 3). So a scenario runs up
+// to 5 times, until a run shows what it must; the last run's findings
+// are asserted.
 func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
 	for _, sc := range nemesis.Scenarios(nemesis.Quick) {
 		if sc.Safe {
@@ -133,29 +140,59 @@ func TestCheckerDetectsBrokenAssumptions(t *testing.T) {
 		}
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel() // mostly waiting; -parallel (GOMAXPROCS) bounds how many at once
-			rep := runScenario(t, sc)
-			r := rep.Result
-			if e := rep.Election; e != nil {
-				t.Logf("election: %v", e)
-			}
-			if s := rep.Semaphore; s != nil {
-				t.Logf("semaphore: %v", s)
-				// Any one is the broken assumption caught: a crowd, two
-				// permits of one slot at once, or the damage they did.
-				assert.True(t, len(s.Crowds) > 0 || r.MutualExclusionViolated() || r.DataCorrupted(),
-					"no crowd, slot overlap or lost update under %s:\n%v\n%v", sc.Name, s, r)
-				assert.Positive(t, rep.Faults)
+			const runs = 5
+			for run := 1; ; run++ {
+				rep := runScenario(t, sc)
+				caught := brokenAssumptionShows(rep)
+				if !caught && run < runs {
+					t.Logf("run %d of %d showed nothing: running again", run, runs)
+					continue
+				}
+				assertBrokenAssumptionShows(t, sc, rep)
 				return
 			}
-			assert.True(t, r.MutualExclusionViolated(), "no overlap reported under %s:\n%v", sc.Name, r)
-			if rep.Fencing {
-				assert.True(t, r.DataCorrupted() || r.Rejected > 0, "neither corruption nor rejection:\n%v", r)
-			} else {
-				assert.True(t, r.DataCorrupted(), "no lost update or stale read reported:\n%v", r)
-			}
-			assert.Positive(t, rep.Faults)
 		})
 	}
+}
+
+// brokenAssumptionShows reports whether rep shows what
+// assertBrokenAssumptionShows requires.
+func brokenAssumptionShows(rep *nemesis.Report) bool {
+	r := rep.Result
+	if s := rep.Semaphore; s != nil {
+		return len(s.Crowds) > 0 || r.MutualExclusionViolated() || r.DataCorrupted()
+	}
+	if !r.MutualExclusionViolated() {
+		return false
+	}
+	if rep.Fencing {
+		return r.DataCorrupted() || r.Rejected > 0
+	}
+	return r.DataCorrupted()
+}
+
+func assertBrokenAssumptionShows(t *testing.T, sc nemesis.Scenario, rep *nemesis.Report) {
+	t.Helper()
+	r := rep.Result
+	if e := rep.Election; e != nil {
+		t.Logf("election: %v", e)
+	}
+	if s := rep.Semaphore; s != nil {
+		t.Logf("semaphore: %v", s)
+		// Any one is the broken assumption caught: a crowd, two
+		// permits of one slot at once, or the damage they did.
+		assert.True(t, len(s.Crowds) > 0 || r.MutualExclusionViolated() || r.DataCorrupted(),
+			"no crowd, slot overlap or lost update under %s:\n%v\n%v", sc.Name, s, r)
+		assert.Positive(t, rep.Faults)
+		return
+	}
+	assert.True(t, r.MutualExclusionViolated(), "no overlap reported under %s:\n%v", sc.Name, r)
+	if rep.Fencing {
+		assert.True(t, r.DataCorrupted() || r.Rejected > 0, "neither corruption nor rejection:\n%v", r)
+	} else {
+		assert.True(t, r.DataCorrupted(), "no lost update or stale read reported:\n%v", r)
+	}
+	assert.Positive(t, rep.Faults)
 }
 
 // TestRunIsBoundedInTime: a run stops at its Duration even when the

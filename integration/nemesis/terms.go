@@ -50,6 +50,12 @@ type ObserverResult struct {
 	// Missed are the epochs of leaderships that started after the
 	// observer's first report, and wrote, that it never reported leading.
 	Missed []uint64
+	// Unrecorded are epochs it reported leading that no term has: a win
+	// that landed for a Campaign whose caller saw it fail. Not a
+	// violation; with Missed they tell a leader seen under another epoch
+	// from one not seen at all.
+	Unrecorded []uint64
+	missed     []Term // Missed's terms, for String
 }
 
 // ElectionResult is what CheckElection found. Overlapping leaderships,
@@ -119,6 +125,10 @@ func (r *ElectionResult) String() string {
 	for i, o := range r.Observers {
 		if len(o.Missed) > 0 {
 			fmt.Fprintf(&b, "\n  observer %d missed epochs %v", i, o.Missed[:min(len(o.Missed), 5)])
+			for _, t := range o.missed[:min(len(o.missed), 3)] {
+				fmt.Fprintf(&b, "\n    epoch %d: client %d [%v, %v] %s", t.Epoch, t.Client, t.Enter, t.Exit, t.outcome())
+			}
+			fmt.Fprintf(&b, "\n    reported leading, of no term: %v", o.Unrecorded[:min(len(o.Unrecorded), 5)])
 		}
 	}
 	return b.String()
@@ -167,9 +177,17 @@ func CheckElection(terms []Term, obs []Observation) *ElectionResult {
 			}
 		}
 		or.Leaders = len(led)
+		recorded := map[uint64]bool{}
 		for _, t := range byStart {
+			recorded[t.Epoch] = true
 			if len(o) > 0 && t.Enter > o[0].At && t.Committed && !led[t.Epoch] {
 				or.Missed = append(or.Missed, t.Epoch)
+				or.missed = append(or.missed, t)
+			}
+		}
+		for _, s := range o {
+			if !s.Vacant && !recorded[s.Epoch] && !slices.Contains(or.Unrecorded, s.Epoch) {
+				or.Unrecorded = append(or.Unrecorded, s.Epoch)
 			}
 		}
 		r.Observers = append(r.Observers, or)

@@ -103,4 +103,13 @@ func TestCheckElectionReportsObserverFaults(t *testing.T) {
 	late = append(late, seen(c)[1:]...)
 	r = nemesis.CheckElection([]nemesis.Term{a, aborted, c}, []nemesis.Observation{late})
 	assert.Zero(t, r.Violations(), "%v", r)
+
+	// A win of no recorded term (its Campaign failed for the caller) is
+	// listed beside a missed one, not counted.
+	phantom := append(seen(a), nemesis.Seen{At: 15 * ms, Epoch: 11})
+	phantom = append(phantom, seen(c)[1:]...)
+	r = nemesis.CheckElection(terms, []nemesis.Observation{phantom})
+	assert.Equal(t, []uint64{11}, r.Observers[0].Unrecorded, "%v", r)
+	assert.Equal(t, 1, r.Violations(), "b missed")
+	assert.Contains(t, r.String(), "of no term: [11]")
 }
