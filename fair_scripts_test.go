@@ -128,12 +128,10 @@ func TestFairGrantInFlightKeepsTheCounter(t *testing.T) {
 	require.Equal(t, int64(1), f.lock(fairMode.undo, "b", "n3", 0, b, wait, markMissing))
 	assert.Less(t, w, a)
 
-	// A grant that holds: its release leaves no queue key behind.
+	// A grant that holds: its release leaves only the counter, to expire.
 	require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n4", 1, b, wait))
 	require.Equal(t, int64(1), f.lock(fairMode.release, "b", "n4", 0, b, wait))
-	n, err := f.rdb.Exists(t.Context(), q, q+"e", q+"c").Result()
-	require.NoError(t, err)
-	assert.Zero(t, n, "queue keys left after the last release")
+	assertOnlyCounter(t, f, q, wait)
 }
 
 // A grant that its round then undoes keeps the ticket counter: a waiter
@@ -141,8 +139,8 @@ func TestFairGrantInFlightKeepsTheCounter(t *testing.T) {
 // not a counter restarted at 1 that puts it ahead once the undo queued
 // the first waiter again. It fails where the grant, or another waiter's
 // leave while the lock is held, deletes the counter of the queue it left
-// empty: the later waiter gets ticket 1 and passes. The counter goes once
-// the queue is empty and the lock free.
+// empty: the later waiter gets ticket 1 and passes. The counter expires
+// a waiter TTL after its last renewal.
 func TestFairUndoneGrantKeepsTheCounter(t *testing.T) {
 	for _, other := range []bool{false, true} {
 		name := "grant empties the queue"
@@ -178,9 +176,83 @@ func TestFairUndoneGrantKeepsTheCounter(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), n, "the counter while b holds the lock")
 			require.Equal(t, int64(1), f.lock(fairMode.release, "b", "n3", 0, b, wait))
-			n, err = f.rdb.Exists(t.Context(), q, q+"c", q+"e").Result()
-			require.NoError(t, err)
-			assert.Zero(t, n, "queue keys left once the queue is empty and the lock free")
+			assertOnlyCounter(t, f, q, wait)
 		})
 	}
+}
+
+// A failed attempt of waiter b that two of three masters granted drops
+// b's entry there until its undo lands, which a cut can delay for as long
+// as the cut lasts; meanwhile b's renewals count those masters, where it
+// holds the lock, so b stays queued. A waiter a that queues meanwhile,
+// on those two masters (the third is cut), must still get a ticket after
+// b's. It fails where a master deletes its counter once its queue is
+// empty: a gets ticket 1, behind b's 2 in arrival but ahead of it in the
+// queue, and takes the lock first once b's undo lands.
+func TestFairTicketsFollowArrivalAcrossAFailedGrant(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	const wait = 60_000
+	m := make([]fairScripts, 3)
+	for i := range m {
+		m[i] = fairScripts{t: t, rdb: cl.Admin(i), key: lockKey("arrival")}
+	}
+	var b int64
+	for _, s := range m {
+		s.enqueue("x", wait)
+		b = s.enqueue("b", wait)
+		s.run(fairLeaveScript, "x", wait)
+	}
+	require.Equal(t, int64(2), b)
+
+	// b's attempt lands on m0 and m1, whose replies are lost: the round
+	// fails, and its undo waits for the cut to heal.
+	for _, s := range m[:2] {
+		require.Equal(t, int64(1), s.lock(fairMode.acquire, "b", "n1", 1, b, wait), "b's grant drops its entry")
+		assert.Equal(t, int64(0), s.ahead("b", b, wait), "b's renewal: b holds the lock here")
+	}
+	var a int64
+	for _, s := range m[:2] { // m2 is cut
+		a = max(a, s.enqueue("a", wait))
+	}
+	assert.Greater(t, a, b, "a queued after b, which is still queued")
+
+	for _, s := range m[:2] {
+		require.Equal(t, int64(1), s.lock(fairMode.undo, "b", "n1", 0, b, wait, markMissing), "the undo lands after the heal")
+		assert.Equal(t, int64(0), s.lock(fairMode.acquire, "a", "n2", 1, a, wait), "a is refused: b is ahead")
+	}
+}
+
+// A renewal that counts a master where the waiter holds the lock (a failed
+// attempt's grant whose undo has not landed) keeps the ticket counter
+// there at least at the ticket for the waiter TTL, as it would with an
+// entry. It fails where it leaves the counter to the TTL of the entry
+// the grant dropped (here 1s), which can run out while the renewals count
+// the master: a later waiter would get a smaller ticket.
+func TestFairRenewalWhereHeldKeepsTheCounter(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	f := fairScripts{t: t, rdb: cl.Admin(0), key: lockKey("held")}
+	const short, wait = 1_000, 60_000
+	qc := queueKey(f.key) + "c"
+	b := f.enqueue("b", short)
+	require.Equal(t, int64(1), f.lock(fairMode.acquire, "b", "n1", 1, b, short))
+	require.Equal(t, redis.Nil, f.rdb.ZScore(t.Context(), queueKey(f.key), "b").Err(), "the grant dropped b's entry")
+	assert.Equal(t, int64(0), f.ahead("b", b, wait), "b holds the lock here")
+	left, err := f.rdb.PTTL(t.Context(), qc).Result()
+	require.NoError(t, err)
+	assert.Greater(t, left, time.Duration(short)*time.Millisecond, "the counter lives the renewal's waiter TTL")
+	n, err := f.rdb.Get(t.Context(), qc).Int64()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, b)
+}
+
+// assertOnlyCounter asserts that of queue q only its counter is left,
+// expiring within wait ms.
+func assertOnlyCounter(t *testing.T, f fairScripts, q string, wait int64) {
+	t.Helper()
+	n, err := f.rdb.Exists(t.Context(), q, q+"e").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "queue keys left once the queue is empty and the lock free")
+	left, err := f.rdb.PTTL(t.Context(), q+"c").Result()
+	require.NoError(t, err)
+	assert.True(t, left > 0 && left <= time.Duration(wait)*time.Millisecond, "the counter expires: %v", left)
 }

@@ -817,25 +817,17 @@ return 1
 -- the master's clock); Q..'c', the ticket counter. All hash to K's slot.
 -- The order is (ticket, id), the sorted set's own. A waiter's id is the
 -- owner of the Lock it takes. Each key lives at least as long as its
--- latest expiry; the counter goes once the queue is empty and the lock
--- free (see dropEmpty), so tickets stay far below 2^53, exact as scores.
--- The id of the waiter that is next is published on channel Q, so that
--- it alone retries at once.
+-- latest expiry. The counter is never deleted nor lowered: it expires one
+-- waiter TTL after the last renewal, even where no entry is left. A grant
+-- drops its waiter's entry, and a failed attempt's undo may land much
+-- later (after a cut); a counter deleted with the emptied queue would
+-- meanwhile restart below the tickets of waiters still queued. Tickets
+-- stay far below 2^53, exact as scores. The id of the waiter that is next
+-- is published on channel Q, so that it alone retries at once.
 
 -- headOf returns the id of the first waiter of queue q, or nil.
 local function headOf(q)
   return redis.call('ZRANGE', q, 0, 0)[1]
-end
-
--- dropEmpty deletes the counter of q once no waiter is left there and
--- the lock is not held. A grant drops its waiter's entry, but its round
--- may fail, and the undo put the entry back under the same ticket: until
--- then, a later enqueue must still count above it.
-local function dropEmpty(q)
-  if redis.call('EXISTS', q) == 1 then return end
-  local v = redis.pcall('GET', q:sub(1, -3)) -- K: another type holds nothing
-  if type(v) == 'string' and select(4, parse(v)) then return end
-  redis.call('DEL', q .. 'c', q .. 'e')
 end
 
 -- trimQueue drops the waiters of q whose expiry passed and returns the
@@ -853,20 +845,25 @@ local function trimQueue(q)
   end
   local next = headOf(q)
   if next and next ~= head then redis.call('PUBLISH', q, next) end
-  dropEmpty(q)
   return now
 end
 
+-- keep raises the counter of q to ticket (a number), and makes it live at
+-- least ttl (ms) more: later enqueues here get larger tickets meanwhile.
+local function keep(q, ticket, ttl)
+  local c = q .. 'c'
+  if (tonumber(redis.call('GET', c)) or 0) < ticket then redis.call('SET', c, ticket, 'KEEPTTL') end
+  lengthen(c, ttl)
+end
+
 -- place queues waiter id under ticket (a number) until now + ttl (ms), in
--- place of any entry it had, and raises the counter to the ticket.
+-- place of any entry it had, and keeps the counter for it.
 local function place(q, id, ticket, ttl, now)
   redis.call('ZADD', q, ticket, id)
   redis.call('ZADD', q .. 'e', now + ttl, id)
-  local c = q .. 'c'
-  if (tonumber(redis.call('GET', c)) or 0) < ticket then redis.call('SET', c, ticket, 'KEEPTTL') end
   lengthen(q, ttl)
   lengthen(q .. 'e', ttl)
-  lengthen(c, ttl)
+  keep(q, ticket, ttl)
 end
 
 -- heldBy reports whether the lock K is held by owner: a grant dropped
@@ -888,12 +885,18 @@ return ticket
 --- fair_renew @value @ttl @queue
 -- Keeps waiter ARGV[1] of ticket ARGV[3] queued for ARGV[2] ms more; where
 -- it is missing (the enqueue missed this master, or it lost the entry) it
--- is queued again, unless it holds the lock. Replies 1 + the live waiters
--- ahead of it. The enqueue's second round, where tickets differed, is one.
+-- is queued again, unless it holds the lock. There it keeps only the
+-- counter: the master counts toward the renewal, so later tickets must
+-- still be larger here. Replies 1 + the live waiters ahead of it. The
+-- enqueue's second round, where tickets differed, is one.
 local q = KEYS[1] .. ':q'
 local now = trimQueue(q)
-if not redis.call('ZSCORE', q, ARGV[1]) and heldBy(KEYS[1], ARGV[1]) then return 1 end
-place(q, ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[2]), now)
+local ticket, ttl = tonumber(ARGV[3]), tonumber(ARGV[2])
+if not redis.call('ZSCORE', q, ARGV[1]) and heldBy(KEYS[1], ARGV[1]) then
+  keep(q, ticket, ttl)
+  return 1
+end
+place(q, ARGV[1], ticket, ttl, now)
 return redis.call('ZRANK', q, ARGV[1]) + 1
 
 --- fair_leave @value @ttl @queue
@@ -906,7 +909,6 @@ redis.call('ZREM', q, ARGV[1])
 redis.call('ZREM', q .. 'e', ARGV[1])
 local next = headOf(q)
 if head == ARGV[1] and next then redis.call('PUBLISH', q, next) end
-dropEmpty(q)
 return 1
 
 --- fair_acquire @value @tokens @readers @ttl @acquireLock @queue
@@ -927,7 +929,6 @@ local reply = acquireLock(KEYS, ARGV)
 if type(reply) == 'string' or type(reply) == 'number' and reply > 0 then
   redis.call('ZREM', q, ARGV[1])
   redis.call('ZREM', q .. 'e', ARGV[1])
-  dropEmpty(q)
 end
 return reply
 
@@ -956,10 +957,8 @@ if ARGV[3] == '0' then
   local q = KEYS[1] .. ':q'
   trimQueue(q)
   local first = headOf(q) == ARGV[1]
-  local left = redis.call('ZREM', q, ARGV[1]) == 1
-  if left then redis.call('ZREM', q .. 'e', ARGV[1]) end
+  if redis.call('ZREM', q, ARGV[1]) == 1 then redis.call('ZREM', q .. 'e', ARGV[1]) end
   local next = headOf(q)
   if next and (first or type(reply) == 'number' and reply > 0) then redis.call('PUBLISH', q, next) end
-  dropEmpty(q) -- the grant left the counter
 end
 return reply
