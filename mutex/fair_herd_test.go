@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,20 +21,28 @@ import (
 // roundCounter is an Observer that counts the decided rounds of each
 // operation ("acquire", "queue" for a renewal, ...).
 type roundCounter struct {
-	mu sync.Mutex
-	by map[string]int
+	mu   sync.Mutex
+	by   map[string]int
+	last map[string]redlock.Round // the latest of each operation
 }
 
 func (r *roundCounter) ObserveRound(_ context.Context, rd redlock.Round) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.by == nil {
-		r.by = map[string]int{}
+		r.by, r.last = map[string]int{}, map[string]redlock.Round{}
 	}
 	r.by[rd.Op]++
+	r.last[rd.Op] = rd
 }
 
 func (r *roundCounter) ObserveEvent(context.Context, redlock.Event) {}
+
+func (r *roundCounter) latest(op string) redlock.Round {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[op]
+}
 
 func (r *roundCounter) count(op string) int {
 	r.mu.Lock()
@@ -181,4 +190,69 @@ func TestFairMutexReleaseWakesOneOfManyWaiters(t *testing.T) {
 		assert.LessOrEqual(t, n, 10, "master %d: scripts from the Mutex's release on", i)
 	}
 	require.Zero(t, rounds.count("queue"), "a renewal fell in the test: it counts nothing")
+}
+
+// A grant whose answer never came is undone where it landed, and the undo
+// puts the waiter's entry back: the waiter needs no renewal for it. A
+// Mutex holds the lock on two masters of three (its client knows only
+// those), and the third is paused while the waiter tries, so that its
+// call lands, and is granted, only when it resumes. The lock there then
+// keeps its fencing counter ("f:..."), which only the grant's undo leaves,
+// and the queue holds the waiter again, though no renewal ran: the next
+// one is 20s away (a third of the waiter TTL). The undo may travel on
+// another connection and land first (about one run in six): its marker
+// refuses the grant, and the entry was never dropped. Bound: the undo's
+// retries, 5s after the resume. It fails where fair_undo does not queue
+// the waiter again.
+func TestFairGrantWithoutAnswerIsUndoneIntoTheQueue(t *testing.T) {
+	const name = "paused"
+	c := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	rounds := &roundCounter{}
+	client := clientOn(t, c, rounds)
+	m, err := mutex.New(clientOn(t, c, nil, 0, 1), name, &mutex.Options{TTL: time.Minute})
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, m.Lock(ctx))
+	defer func() { assert.NoError(t, m.Unlock(context.Background())) }()
+	f, err := mutex.NewFair(client, name, &mutex.FairOptions{TTL: 10 * time.Second, WaiterTTL: time.Minute})
+	require.NoError(t, err)
+	tk, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	defer tk.Cancel()
+	require.NoError(t, c.Masters[2].Pause(ctx))
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = c.Masters[2].Resume(context.Background())
+		}
+	}()
+	wctx, stop := context.WithTimeout(ctx, 2*time.Second) // the try, decided by the refusals
+	_, err = tk.Wait(wctx)
+	stop()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	try := rounds.latest("acquire")
+	require.Equal(t, 1, rounds.count("acquire"))
+	require.Len(t, try.Masters, 3)
+	silent := try.Masters[2].Err
+	require.True(t, errors.Is(silent, redlock.ErrNoReply) || errors.Is(silent, redlock.ErrMasterTimeout), "the paused master: %v", silent)
+	require.NoError(t, c.Masters[2].Resume(ctx))
+	resumed = true
+	key := "{" + name + "}"
+	var lock string
+	require.Eventually(t, func() bool {
+		v, err := c.Admin(2).Get(ctx, key).Result()
+		if err == nil && strings.HasPrefix(v, "f:") {
+			lock = v
+			return true
+		}
+		marks, err := c.Admin(2).Keys(ctx, key+":gone:*").Result()
+		return err == nil && len(marks) > 0 && v == ""
+	}, 5*time.Second, 10*time.Millisecond, "the grant was neither undone nor refused on the paused master")
+	if lock == "" {
+		t.Log("the undo landed first: its marker refused the grant, which dropped nothing")
+	}
+	n, err := c.Admin(2).ZCard(ctx, key+":q").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the undo put the waiter's entry back")
+	assert.Zero(t, rounds.count("queue"), "no renewal ran")
 }
