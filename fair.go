@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -109,16 +110,33 @@ func (queues) Leave(ctx context.Context, c *Client, name, id string, ttl time.Du
 	return err
 }
 
-func (queues) Acquire(ctx context.Context, c *Client, name, id string, ticket uint64, wait, ttl time.Duration) (*Lock, error) {
+func (queues) Acquire(ctx context.Context, c *Client, name, id string, ticket uint64, wait, ttl time.Duration) (*Lock, int, error) {
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	value, err := c.value()
 	if err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	queued := strconv.FormatUint(ticket, 10) + ":" + strconv.FormatInt(wait.Milliseconds(), 10)
-	return c.acquire(ctx, fairMode, name, id, c.nonce(value), ttl, extras{queued: queued})
+	l, err := c.acquire(ctx, fairMode, name, id, c.nonce(value), ttl, extras{queued: queued})
+	return l, queuedAhead(err), err
+}
+
+// queuedAhead returns 1 where the refusals in err that found a live
+// waiter ahead (replyQueued) leave too few masters for a quorum, else 0;
+// -1 where err is no round's. Such a master refuses until its first
+// waiter changes, and each script that changes it publishes the new one,
+// or holds the lock, whose release does.
+func queuedAhead(err error) int {
+	var q *QuorumError
+	if !errors.As(err, &q) {
+		return -1
+	}
+	if countOf(q.named, replyQueued) > len(q.Masters)-q.Quorum {
+		return 1
+	}
+	return 0
 }
 
 func (queues) NewWaker(c *Client, name, id string) link.QueueWaker {

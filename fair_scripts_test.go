@@ -110,7 +110,7 @@ func TestFairGrantInFlightKeepsTheCounter(t *testing.T) {
 	assert.Greater(t, a, b, "a queued after b, which still waits")
 	require.Equal(t, int64(1), f.lock(fairMode.undo, "b", "n1", 0, b, wait, markMissing), "b's round failed")
 	assert.Equal(t, int64(0), f.ahead("b", b, wait), "b is first again")
-	assert.Equal(t, int64(0), f.lock(fairMode.acquire, "a", "n2", 1, a, wait), "a is refused: b is ahead")
+	assert.Equal(t, int64(replyQueued), f.lock(fairMode.acquire, "a", "n2", 1, a, wait), "a is refused: b is ahead")
 	require.Equal(t, int64(1), f.run(fairLeaveScript, "a", wait))
 
 	// The waiter behind leaves, or expires, while b's grant is in flight.
@@ -255,4 +255,30 @@ func assertOnlyCounter(t *testing.T, f fairScripts, q string, wait int64) {
 	left, err := f.rdb.PTTL(t.Context(), q+"c").Result()
 	require.NoError(t, err)
 	assert.True(t, left > 0 && left <= time.Duration(wait)*time.Millisecond, "the counter expires: %v", left)
+}
+
+// A fair acquire tells its refusals apart: a live waiter ahead of the
+// ticket (replyQueued), or the lock held with no one ahead (0); a try
+// learns from it whether to try at the next release. A refusal that
+// names a waiter ahead counts as such only where the others cannot make
+// a quorum. It fails where both refusals reply 0: the waiter behind
+// cannot tell, and tries at every release.
+func TestFairAcquireNamesTheWaiterAhead(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	f := fairScripts{t: t, rdb: cl.Admin(0), key: lockKey("named")}
+	const wait = 60_000
+	a := f.enqueue("a", wait)
+	b := f.enqueue("b", wait)
+	held := f.run(exclusiveMode.acquire, "m", 60_000, 1, 0, 0, "n0") // a Mutex of the name
+	require.Equal(t, int64(1), held)
+	assert.Equal(t, int64(0), f.lock(fairMode.acquire, "a", "n1", 1, a, wait), "a is first: the lock is held")
+	assert.Equal(t, int64(replyQueued), f.lock(fairMode.acquire, "b", "n2", 1, b, wait), "a is ahead of b")
+
+	refused := func(named ...int64) error {
+		return &QuorumError{Quorum: 3, Masters: make([]MasterResult, 5), sentinel: ErrNotObtained, named: named}
+	}
+	assert.Equal(t, 1, queuedAhead(refused(replyQueued, replyQueued, replyQueued, 0, 0)), "the other two cannot make a quorum")
+	assert.Equal(t, 0, queuedAhead(refused(replyQueued, replyQueued, 0, 0, 0)), "three may grant at the next release")
+	assert.Equal(t, 0, queuedAhead(refused()), "no refusal named anything")
+	assert.Equal(t, -1, queuedAhead(ErrNotObtained), "no round's")
 }

@@ -36,10 +36,12 @@ const replyUpgrade = -1
 // Replies below replyUpgrade are refusals that name something; the mode
 // that asked reads them. replyHeld - i: a multi-resource acquire found its
 // i-th name (from 0) held. replyFreeSlot - s: a permit's slot was taken,
-// and slot s is free.
+// and slot s is free. replyQueued: a fair acquire found a live waiter
+// ahead of its ticket.
 const (
 	replyHeld     = -2
 	replyFreeSlot = -2
+	replyQueued   = -2
 )
 
 // replyWaited is a master's reply to a last release where an acquire was

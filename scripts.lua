@@ -32,7 +32,8 @@
 -- A positive reply means the master agreed; 0 that it refused; -1 that the
 -- owner holds a read lock and asked for the write lock (an upgrade); below
 -- -1, a refusal that names something: from sem_acquire, -2-s, slot s free;
--- from multi_acquire, -1-i, its i-th name held. A
+-- from multi_acquire, -1-i, its i-th name held; from fair_acquire, -2, a
+-- live waiter ahead of the ticket. A
 -- last release replies 2 where an acquire was refused while its Lock held
 -- the lock (the value's waited flag), 1 where none was.
 -- An acquire can land after its undo, or after the Lock's last release:
@@ -914,8 +915,11 @@ return 1
 --- fair_acquire @value @tokens @readers @ttl @acquireLock @queue
 -- acquire, for waiter ARGV[1] of ticket ARGV[5] ("ticket:waiter TTL"): a
 -- new lock is granted only where no live waiter is ahead of the ticket
--- here. Mutual exclusion is acquire's: the queue only refuses more. The
--- grant drops the waiter's entry. A re-entry is acquire's.
+-- here, and refused with -2 where one is, 0 otherwise (the lock is held):
+-- the waiter learns whether to try at the next release or wait to be
+-- published as next. Mutual exclusion is acquire's: the queue only
+-- refuses more. The grant drops the waiter's entry. A re-entry is
+-- acquire's.
 if ARGV[3] ~= '1' then return acquireLock(KEYS, ARGV) end
 local q = KEYS[1] .. ':q'
 trimQueue(q)
@@ -923,7 +927,7 @@ local ticket = tonumber(ARGV[5]:match('^(%d+):'))
 local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
 if head[1] and head[1] ~= ARGV[1] then
   local score = tonumber(head[2])
-  if score < ticket or score == ticket and head[1] < ARGV[1] then return 0 end
+  if score < ticket or score == ticket and head[1] < ARGV[1] then return -2 end
 end
 local reply = acquireLock(KEYS, ARGV)
 if type(reply) == 'string' or type(reply) == 'number' and reply > 0 then

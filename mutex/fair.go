@@ -181,7 +181,7 @@ type Ticket struct {
 	round sync.Mutex
 
 	mu    sync.Mutex // guards the fields below
-	ahead int        // live tickets ahead, as the last round saw; -1: unknown
+	ahead int        // live tickets ahead, as the last round saw (a try: 1 for some); -1: unknown
 	until time.Time  // the entries live at least until then on a quorum
 	ended error      // why the ticket left the queue; nil while queued
 
@@ -367,10 +367,11 @@ func (t *Ticket) abandon() {
 // Wait blocks until the ticket's turn comes and it holds the lock, or ctx
 // ends, or the ticket is lost or cancelled. It tries when no live ticket
 // was ahead at the last renewal, when a master publishes that this ticket
-// is next, and at a release of the name (a Mutex's too) while no ticket
-// is known ahead or since it was published as next. On success the ticket leaves the queue. If ctx ends
-// first, the ticket stays queued: Wait again or Cancel; the error matches
-// ctx.Err(). A lost ticket's error wraps ErrTicketLost.
+// is next, and at a release of the name (a Mutex's too) unless its last
+// renewal or try found a ticket ahead. On success the ticket leaves the
+// queue. If ctx ends first, the ticket stays queued: Wait again or
+// Cancel; the error matches ctx.Err(). A lost ticket's error wraps
+// ErrTicketLost.
 func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 	if err := t.check(ctx, "Wait"); err != nil {
 		return nil, err
@@ -392,9 +393,6 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 	default:
 	}
 	var last error
-	// next: a master published this ticket as next since its last
-	// renewal, whose count of tickets ahead is then out of date.
-	next := false
 	for try := true; ; {
 		if try {
 			l, err := t.attempt(ctx)
@@ -411,19 +409,18 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 		}
 		select {
 		case <-waker.Next():
-			try, next = true, true
+			try = true
 		case <-waker.Freed():
 			// A release of any hold of the name: only a waiter that may
-			// be first tries, not the whole queue. One published as next
-			// may be, whatever its last renewal found: a Mutex may have
-			// kept it out since.
+			// be first tries, not the whole queue. One that a master
+			// published as next since tried then, and learned whether a
+			// Mutex kept it out or a ticket ahead did.
 			t.mu.Lock()
-			try = t.ahead <= 0 || next
+			try = t.ahead <= 0
 			t.mu.Unlock()
 		case <-live:
 			live, try = nil, true
 		case <-t.tick:
-			next = false
 			t.mu.Lock()
 			try = t.ahead == 0
 			t.mu.Unlock()
@@ -440,7 +437,8 @@ func (t *Ticket) Wait(ctx context.Context) (*redlock.Lock, error) {
 
 // attempt makes one acquire for the ticket. A grant ends the ticket; a
 // failed round that some masters agreed to renews it at once, as a
-// failed fence round's release dropped it there.
+// failed fence round's release dropped it there. A refusal tells whether
+// a ticket is ahead: before its first renewal a waiter knows no more.
 func (t *Ticket) attempt(ctx context.Context) (*redlock.Lock, error) {
 	f := t.f
 	t.round.Lock()
@@ -453,13 +451,18 @@ func (t *Ticket) attempt(ctx context.Context) (*redlock.Lock, error) {
 		t.round.Unlock()
 		return nil, err
 	}
-	l, err := queues.Acquire(ctx, f.client, f.name, t.id, t.number, f.opts.WaiterTTL, f.opts.TTL)
+	l, ahead, err := queues.Acquire(ctx, f.client, f.name, t.id, t.number, f.opts.WaiterTTL, f.opts.TTL)
 	if err == nil {
 		t.end(fmt.Errorf("%w: Fair %s: ticket %d got the lock", redlock.ErrInvalidArgument, clip.Quote(f.name), t.number))
 		t.round.Unlock()
 		t.stop()
 		<-t.done
 		return l, nil
+	}
+	if ahead >= 0 {
+		t.mu.Lock()
+		t.ahead = ahead
+		t.mu.Unlock()
 	}
 	var q *redlock.QuorumError
 	if errors.As(err, &q) && q.Agreed > 0 {

@@ -29,8 +29,12 @@ type Queues[C, L any] interface {
 
 	// Acquire tries once to take the lock named name for waiter id, of
 	// ticket and waiter TTL wait, as Client.Acquire does: a master grants
-	// it only where no live waiter is ahead of the ticket.
-	Acquire(ctx context.Context, client C, name, id string, ticket uint64, wait, ttl time.Duration) (L, error)
+	// it only where no live waiter is ahead of the ticket. After a refusal
+	// of the masters, ahead is 1 where so many found a live waiter ahead
+	// that the others cannot make a quorum: none grants before one of them
+	// publishes the waiter as next. Else it is 0, and -1 where err is no
+	// round's refusal.
+	Acquire(ctx context.Context, client C, name, id string, ticket uint64, wait, ttl time.Duration) (l L, ahead int, err error)
 
 	// NewWaker watches what wakes waiter id of the lock named name.
 	NewWaker(client C, name, id string) QueueWaker
