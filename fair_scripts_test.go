@@ -282,3 +282,34 @@ func TestFairAcquireNamesTheWaiterAhead(t *testing.T) {
 	assert.Equal(t, 0, queuedAhead(refused()), "no refusal named anything")
 	assert.Equal(t, -1, queuedAhead(ErrNotObtained), "no round's")
 }
+
+// A renewal that counts a master where the waiter holds the lock (a
+// failed attempt's grant whose undo never landed: its retries gave up)
+// counts it for the whole waiter TTL, but the lock refuses later waiters
+// there only until it expires. Where it expires sooner, the renewal
+// queues the waiter again, so that the master refuses a later ticket
+// through the renewal's lease as a queued waiter would. It fails where
+// the renewal keeps only the counter: once the 300ms lock expired, the
+// later waiter a is granted the lock here while b's lease (60s) runs; a
+// quorum that shares only this master with b's renewal grants a first.
+func TestFairRenewalWhereHeldBrieflyQueuesAgain(t *testing.T) {
+	cl := harness.NewProcessCluster(t, 1, harness.ProcessOptions{})
+	f := fairScripts{t: t, rdb: cl.Admin(0), key: lockKey("brief")}
+	const lockTTL, wait = 300, 60_000
+	queued := func(ticket int64) string { return strconv.FormatInt(ticket, 10) + ":" + strconv.FormatInt(wait, 10) }
+	b := f.enqueue("b", wait)
+	require.Equal(t, int64(1), f.run(fairMode.acquire, "b", lockTTL, 1, 0, queued(b), "n1"), "b's failed attempt, never undone")
+	assert.Equal(t, int64(0), f.ahead("b", b, wait), "b's renewal: b holds the lock here")
+	time.Sleep((lockTTL + 200) * time.Millisecond) // the lock expires; b's lease runs
+	a := f.enqueue("a", wait)
+	assert.Greater(t, a, b, "a queued after b")
+	assert.Equal(t, int64(replyQueued), f.lock(fairMode.acquire, "a", "n2", 1, a, wait), "a is refused: b is still queued")
+
+	// Where the lock outlives the renewal's lease, the lock refuses alone.
+	c := f.enqueue("c", wait)
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "b", wait))
+	require.Equal(t, int64(1), f.run(fairLeaveScript, "a", wait))
+	require.Equal(t, int64(1), f.run(fairMode.acquire, "c", 2*wait, 1, 0, queued(c), "n3"))
+	assert.Equal(t, int64(0), f.ahead("c", c, wait), "c holds the lock here")
+	assert.Equal(t, redis.Nil, f.rdb.ZScore(t.Context(), queueKey(f.key), "c").Err(), "c is not queued again")
+}

@@ -868,7 +868,8 @@ local function place(q, id, ticket, ttl, now)
 end
 
 -- heldBy reports whether the lock K is held by owner: a grant dropped
--- owner's entry, which a late renewal must not bring back.
+-- owner's entry, which a late renewal brings back only where the lock
+-- would not outlast it (see fair_renew).
 local function heldBy(k, owner)
   local _, _, _, holder = parse(redis.call('GET', k))
   return holder ~= nil and ownerOf(holder) == owner
@@ -886,14 +887,17 @@ return ticket
 --- fair_renew @value @ttl @queue
 -- Keeps waiter ARGV[1] of ticket ARGV[3] queued for ARGV[2] ms more; where
 -- it is missing (the enqueue missed this master, or it lost the entry) it
--- is queued again, unless it holds the lock. There it keeps only the
--- counter: the master counts toward the renewal, so later tickets must
--- still be larger here. Replies 1 + the live waiters ahead of it. The
--- enqueue's second round, where tickets differed, is one.
+-- is queued again, unless it holds the lock for those ms at least. There
+-- it keeps only the counter: the master counts toward the renewal, so
+-- later tickets must still be larger here, and its lock refuses them
+-- meanwhile. A lock that expires sooner (a failed attempt's grant whose
+-- undo never landed) would leave the master granting later tickets while
+-- the renewal still counts it. Replies 1 + the live waiters ahead of it.
+-- The enqueue's second round, where tickets differed, is one.
 local q = KEYS[1] .. ':q'
 local now = trimQueue(q)
 local ticket, ttl = tonumber(ARGV[3]), tonumber(ARGV[2])
-if not redis.call('ZSCORE', q, ARGV[1]) and heldBy(KEYS[1], ARGV[1]) then
+if not redis.call('ZSCORE', q, ARGV[1]) and heldBy(KEYS[1], ARGV[1]) and redis.call('PTTL', KEYS[1]) >= ttl then
   keep(q, ticket, ttl)
   return 1
 end

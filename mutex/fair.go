@@ -229,7 +229,11 @@ func (t *Ticket) Position(ctx context.Context) (int, error) {
 	if err := t.endedErr(); err != nil {
 		return 0, err
 	}
-	return t.renewLocked(ctx)
+	ahead, err := t.renewLocked(ctx)
+	if !errors.Is(err, ErrTicketLost) {
+		t.told()
+	}
+	return ahead, err
 }
 
 // renewLocked renews the ticket; t.round must be held.
@@ -253,11 +257,16 @@ func (t *Ticket) renewLocked(ctx context.Context) (int, error) {
 		}
 		return 0, t.lose(err)
 	}
+	return ahead, err
+}
+
+// told tells a Wait under way that a renewal other than its own try's
+// ran: t.ahead may say that no ticket is ahead now.
+func (t *Ticket) told() {
 	select {
 	case t.tick <- struct{}{}:
 	default:
 	}
-	return ahead, err
 }
 
 // lose ends the ticket as lost, for cause, and returns its error.
@@ -315,6 +324,7 @@ func (t *Ticket) renewing(ctx context.Context) {
 			t.leave()
 			return
 		}
+		t.told()
 		next := period
 		if err != nil {
 			next = period / 3
@@ -464,6 +474,10 @@ func (t *Ticket) attempt(ctx context.Context) (*redlock.Lock, error) {
 		t.ahead = ahead
 		t.mu.Unlock()
 	}
+	// Its renewal is no news to the Wait that made the try: a master
+	// that refused it as the lock was held publishes at the release, and
+	// one that did not answer is tried at the next renewal. Were it news,
+	// the Wait would try again at once, as long as the lock is held.
 	var q *redlock.QuorumError
 	if errors.As(err, &q) && q.Agreed > 0 {
 		if _, rerr := t.renewLocked(context.WithoutCancel(ctx)); errors.Is(rerr, ErrTicketLost) {

@@ -256,3 +256,87 @@ func TestFairGrantWithoutAnswerIsUndoneIntoTheQueue(t *testing.T) {
 	assert.Equal(t, int64(1), n, "the undo put the waiter's entry back")
 	assert.Zero(t, rounds.count("queue"), "no renewal ran")
 }
+
+// slowHook delays every call to a master by d.
+type slowHook time.Duration
+
+func (slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(time.Duration(h))
+		return next(ctx, cmd)
+	}
+}
+
+func (h slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(h))
+		return next(ctx, cmds)
+	}
+}
+
+// A try that some masters granted and others refused, as the lock is held
+// there, is undone and renews the ticket at once; that renewal is the
+// try's own, no news that the lock may be free. A Mutex holds the lock on
+// two masters of three (its client knows only those), which answer the
+// fair waiter 50ms late: each try is granted on the third, heard before
+// the refusals decide, refused on the two, and undone. The waiter waits
+// for the Mutex's release, or its next renewal (20s away), not trying
+// meanwhile. Bound: 1s of waiting, at most 3 tries (the first, one once
+// subscribed, one for margin). It fails where the try's renewal wakes the
+// Wait that made it: the waiter tries again at once, about every 100ms
+// (a try and a renewal) while the Mutex holds the lock.
+func TestFairPartlyGrantedTryDoesNotSpin(t *testing.T) {
+	const name = "spin"
+	c := harness.NewProcessCluster(t, 3, harness.ProcessOptions{})
+	masters := make([]*redis.Client, 3)
+	for i := range masters {
+		masters[i] = redis.NewClient(harness.MasterOptions(c.Masters[i].Addr()))
+		if i < 2 {
+			masters[i].AddHook(slowHook(50 * time.Millisecond))
+		}
+	}
+	rounds := &roundCounter{}
+	client, err := redlock.New(masters, &redlock.Options{MasterTimeout: time.Second, Observer: rounds})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = client.Close()
+		for _, m := range masters {
+			_ = m.Close()
+		}
+	})
+	m, err := mutex.New(clientOn(t, c, nil, 0, 1), name, &mutex.Options{TTL: time.Minute})
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, m.Lock(ctx))
+	f, err := mutex.NewFair(client, name, &mutex.FairOptions{TTL: 10 * time.Second, WaiterTTL: time.Minute})
+	require.NoError(t, err)
+	tk, err := f.Enqueue(ctx)
+	require.NoError(t, err)
+	defer tk.Cancel()
+	wctx, stop := context.WithTimeout(ctx, time.Second)
+	_, err = tk.Wait(wctx)
+	stop()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	try := rounds.latest("acquire")
+	require.Len(t, try.Masters, 3)
+	assert.True(t, try.Masters[2].Agreed, "the third master granted the try: %v", try.Masters[2].Err)
+	assert.LessOrEqual(t, rounds.count("acquire"), 3, "tries while the Mutex held the lock")
+
+	// The Mutex's release wakes the waiter at once.
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := tk.Wait(ctx)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	rounds.settled(t, rounds.count("acquire")+1)
+	require.NoError(t, m.Unlock(ctx))
+	select {
+	case l := <-got:
+		assert.NoError(t, l.Release(context.Background()))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock after the Mutex's release")
+	}
+}
