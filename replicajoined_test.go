@@ -15,18 +15,33 @@ import (
 )
 
 // replicaOf starts a replica of master, which reaches it through a proxy
-// the test may cut, and waits until it is in sync.
+// the test may cut, and waits until it is in sync and the master's ROLE
+// lists it: on a busy machine the master may list it only later.
 func replicaOf(t *testing.T, master string) (*harness.Cluster, *atomic.Bool) {
 	t.Helper()
+	admin := redis.NewClient(harness.MasterOptions(master))
+	t.Cleanup(func() { _ = admin.Close() })
+	before := listedReplicas(t, admin)
 	px, cut := blackHoleProxy(t, master)
 	_, port, err := net.SplitHostPort(px)
 	require.NoError(t, err)
 	rs := harness.NewProcessCluster(t, 1, harness.ProcessOptions{Args: []string{"--replicaof", "127.0.0.1", port}})
 	require.Eventually(t, func() bool {
 		info, err := rs.Admin(0).Info(t.Context(), "replication").Result()
-		return err == nil && infoField(info, "master_link_status") == "up"
+		return err == nil && infoField(info, "master_link_status") == "up" && listedReplicas(t, admin) > before
 	}, 10*time.Second, 10*time.Millisecond)
 	return rs, cut
+}
+
+// listedReplicas returns how many replicas the ROLE of admin's server
+// lists, or -1 if ROLE fails.
+func listedReplicas(t *testing.T, admin *redis.Client) int {
+	v, err := admin.Do(t.Context(), "ROLE").Slice()
+	if err != nil || len(v) < 3 {
+		return -1
+	}
+	listed, _ := v[2].([]any)
+	return len(listed)
 }
 
 // replicatedClient returns a Client of one master, with reads long
