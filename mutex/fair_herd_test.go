@@ -3,7 +3,6 @@ package mutex_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,19 +69,9 @@ func (r *roundCounter) settled(t *testing.T, least int) {
 // far, from INFO commandstats.
 func scriptCalls(t *testing.T, c *harness.Cluster, i int) int {
 	t.Helper()
-	info, err := c.Admin(i).Info(t.Context(), "commandstats").Result()
+	calls, err := c.CommandCalls(t.Context(), i)
 	require.NoError(t, err)
-	n := 0
-	for line := range strings.Lines(info) {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if !ok || (name != "fcall" && name != "evalsha" && name != "eval") {
-			continue
-		}
-		calls, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		require.NoError(t, err, line)
-		n += calls
-	}
-	return n
+	return calls["fcall"] + calls["evalsha"] + calls["eval"]
 }
 
 // clientOn returns a client of the masters is of c (all where none is

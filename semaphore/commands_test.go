@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,18 +24,8 @@ import (
 // from INFO commandstats. Commands a script runs count there too.
 func commandStats(t *testing.T, c *harness.Cluster, i int) map[string]int {
 	t.Helper()
-	info, err := c.Admin(i).Info(t.Context(), "commandstats").Result()
+	calls, err := c.CommandCalls(t.Context(), i)
 	require.NoError(t, err)
-	calls := map[string]int{}
-	for line := range strings.Lines(info) {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		require.NoError(t, err, line)
-		calls[name] = n
-	}
 	return calls
 }
 

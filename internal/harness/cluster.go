@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,6 +105,32 @@ func (c *Cluster) Clients() []*redis.Client {
 		}
 	}
 	return c.clients
+}
+
+// CommandCalls returns how many times master i ran each command so far,
+// from INFO commandstats. Commands that scripts run count there too.
+func (c *Cluster) CommandCalls(ctx context.Context, i int) (map[string]int, error) {
+	info, err := c.Admin(i).Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	calls := map[string]int{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		end := strings.IndexByte(rest, ',')
+		if end < 0 {
+			return nil, fmt.Errorf("harness: INFO commandstats line %q", line)
+		}
+		n, err := strconv.Atoi(rest[:end])
+		if err != nil {
+			return nil, fmt.Errorf("harness: INFO commandstats line %q: %w", line, err)
+		}
+		calls[name] = n
+	}
+	return calls, nil
 }
 
 // Admin returns a client to master i for inspecting data in tests. It has
