@@ -149,16 +149,8 @@ func TestFairMutexReleaseWakesOneOfManyWaiters(t *testing.T) {
 			}
 		}()
 	}
-	key := "{" + name + "}"
-	require.Eventually(t, func() bool {
-		for i := range c.Masters {
-			n, err := c.Admin(i).PubSubNumSub(ctx, key, key+":q").Result()
-			if err != nil || n[key] < 1 || n[key+":q"] < 1 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, 5*time.Millisecond, "the waiters never subscribed on every master")
+	require.Eventually(t, func() bool { return subscribed(t, c, name, 1) },
+		5*time.Second, 5*time.Millisecond, "the waiters never subscribed on every master")
 	rounds.settled(t, waiters) // every waiter tried, and was refused
 	before := make([]int, len(c.Masters))
 	for i := range before {

@@ -435,13 +435,22 @@ func awaitRefusedAndSubscribed(t *testing.T, c *harness.Cluster, name string, su
 			if err != nil || !waited.MatchString(v) {
 				return false
 			}
-			n, err := c.Admin(i).PubSubNumSub(t.Context(), key, key+":q").Result()
-			if err != nil || n[key] < subs || n[key+":q"] < subs {
-				return false
-			}
 		}
-		return true
+		return subscribed(t, c, name, subs)
 	}, 2*time.Second, 5*time.Millisecond, "no refused try, or no subscription, on every master")
+}
+
+// subscribed reports whether every master has at least subs subscribers
+// of the lock's channel and of its queue's.
+func subscribed(t *testing.T, c *harness.Cluster, name string, subs int64) bool {
+	key := "{" + name + "}"
+	for i := range c.Masters {
+		n, err := c.Admin(i).PubSubNumSub(t.Context(), key, key+":q").Result()
+		if err != nil || n[key] < subs || n[key+":q"] < subs {
+			return false
+		}
+	}
+	return true
 }
 
 // awaitGrant waits for the lock that got sends, and returns how long after
@@ -524,16 +533,8 @@ func TestFairNextWaiterWokenByMutexRelease(t *testing.T) {
 	require.Equal(t, 1, p)
 	require.NoError(t, m.Lock(ctx))
 	got := waitIn(t, b)
-	key := "{" + name + "}"
-	require.Eventually(t, func() bool {
-		for i := range c.Masters {
-			n, err := c.Admin(i).PubSubNumSub(ctx, key, key+":q").Result()
-			if err != nil || n[key] < 1 || n[key+":q"] < 1 {
-				return false
-			}
-		}
-		return true
-	}, 2*time.Second, 5*time.Millisecond, "b never subscribed on every master")
+	require.Eventually(t, func() bool { return subscribed(t, c, name, 1) },
+		2*time.Second, 5*time.Millisecond, "b never subscribed on every master")
 	a.Cancel()
 	awaitRefusedAndSubscribed(t, c, name, 1)
 	released := time.Now()
