@@ -538,6 +538,9 @@ func TestReleaseOnMastersOutOfMemory(t *testing.T) {
 				l, err := newClient(t, cl, &redlock.Options{MasterTimeout: slack}).Acquire(ctx, "job", time.Minute)
 				require.NoError(t, err)
 				require.NoError(t, l.Release(ctx))
+				// The release returns at a quorum: a master behind it would
+				// refuse the next acquire, and later its release.
+				waitReleased(t, cl, "job")
 			}
 			c := newClient(t, cl, &redlock.Options{MasterTimeout: slack, NoFencing: !tc.fenced})
 			l, err := c.Acquire(ctx, "job", time.Minute)
