@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/go-redlock/redlock"
 	"github.com/go-redlock/redlock/integration"
+	"github.com/go-redlock/redlock/internal/harness"
 )
 
 // scriptHook counts the script calls (EVALSHA, EVAL, FCALL) a go-redis
@@ -27,22 +27,6 @@ func (h *scriptHook) count(cmds ...redis.Cmder) {
 		case "evalsha", "eval", "fcall":
 			h.calls.Add(1)
 		}
-	}
-}
-
-func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
-		return next(ctx, cmds)
 	}
 }
 
@@ -87,7 +71,7 @@ func TestHookSeesEveryScriptCall(t *testing.T) {
 		masters[i] = redis.NewClient(integration.MasterOptions(addr))
 		t.Cleanup(func() { _ = masters[i].Close() })
 		hooks[i] = &scriptHook{}
-		masters[i].AddHook(hooks[i])
+		masters[i].AddHook(harness.CountingHook(hooks[i].count))
 	}
 	c, err := redlock.New(masters, &redlock.Options{MasterTimeout: slack})
 	require.NoError(t, err)

@@ -55,22 +55,6 @@ func (h *callCounter) count(cmds ...redis.Cmder) {
 	}
 }
 
-func (h *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
-		return next(ctx, cmds)
-	}
-}
-
 // countedClient is newClient whose masters' clients count their calls
 // in h. Its MasterTimeout is 2s, not 100ms: under -race on a busy machine
 // (load 13 to 22) rounds of 100ms, and even of 500ms, sometimes went
@@ -81,7 +65,7 @@ func countedClient(t *testing.T, c *harness.Cluster, h *callCounter) *redlock.Cl
 	masters := make([]*redis.Client, len(c.Masters))
 	for i, m := range c.Masters {
 		masters[i] = redis.NewClient(harness.MasterOptions(m.Addr()))
-		masters[i].AddHook(h)
+		masters[i].AddHook(harness.CountingHook(h.count))
 	}
 	client, err := redlock.New(masters, &redlock.Options{MasterTimeout: 2 * time.Second})
 	require.NoError(t, err)
